@@ -1,0 +1,270 @@
+"""A pool of killable reward worker processes with a hard timeout per request.
+
+Reward functions are arbitrary plugin code: they may hang (SymPy on a pathological expression), crash
+the interpreter (a segfault in a C extension) or leak. Python threads and signal alarms cannot stop
+them, so each call runs in a worker process that the pool kills -- with its whole process group, so
+children the reward started die too -- when the deadline passes, and then replaces. Every request gets
+exactly one RewardResult: the reward's own, or one with ``error`` set saying what happened.
+
+Workers find rewards by name in their own registry (plugins load in each worker, honouring
+``AREAL_PLUGINS``), so requests carry only JSON-friendly data.
+"""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from areal_core.errors import ArealError
+from areal_core.types import RewardRequest, RewardResult
+
+# A worker that dies this many times in a row without finishing a request means something is broken
+# in its start-up (e.g. a plugin that kills the interpreter on import); fail loudly instead of looping.
+MAX_START_FAILURES = 3
+
+
+class RewardPoolError(ArealError):
+    """The pool cannot run rewards at all (its worker processes cannot start)."""
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int | None) -> None:
+    # Own process group: on timeout the pool kills the group, taking any children of the reward along.
+    os.setsid()
+    if memory_limit_mb:
+        import resource
+
+        limit = memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Rewards are single-threaded CPU work; many workers with many BLAS/torch threads fight over cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from areal_core.errors import ArealError as _ArealError
+    from areal_core.registry import reward_registry
+    from areal_core.rewards import call_reward
+
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        ticket, request = message
+        try:
+            spec = reward_registry().get(request["reward"])
+            result = call_reward(spec, request["sample"], request["response"], request.get("options") or {})
+        except _ArealError as exc:
+            result = RewardResult.failure(str(exc))
+        except MemoryError:
+            result = RewardResult.failure(f"reward {request['reward']!r} exceeded the worker memory limit ({memory_limit_mb} MB)")
+        conn.send((ticket, result.to_dict()))
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+    ready: bool = False
+    ticket: int | None = None
+    deadline: float = 0.0
+    reward: str = ""
+
+
+class RewardPool:
+    """Process pool for reward calls. Use as a context manager::
+
+        with RewardPool(workers=2, timeout=10) as pool:
+            for index, result in pool.map(requests):
+                ...
+
+    timeout:         seconds one request may run (wall clock) before its worker is killed.
+    memory_limit_mb: address-space limit of each worker (None: unlimited).
+    start_method:    multiprocessing start method; "spawn" is safe with threads and torch.
+    """
+
+    def __init__(self, workers: int = 2, timeout: float = 30.0, memory_limit_mb: int | None = None,
+                 start_method: str = "spawn") -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        self.size = workers
+        self.timeout = timeout
+        self.memory_limit_mb = memory_limit_mb
+        self._ctx = multiprocessing.get_context(start_method)
+        self._workers: list[_Worker] = []
+        self._pending: deque[tuple[int, RewardRequest]] = deque()
+        self._tickets = itertools.count()
+        self._start_failures = 0
+        self.restarts = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> "RewardPool":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        while len(self._workers) < self.size:
+            self._workers.append(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=_worker_main, args=(child, self.memory_limit_mb), daemon=True,
+                                    name="areal-reward-worker")
+        process.start()
+        child.close()
+        return _Worker(process=process, conn=parent)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for worker in self._workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                self._kill(worker)
+            worker.conn.close()
+        self._workers.clear()
+
+    def _kill(self, worker: _Worker) -> None:
+        try:
+            os.killpg(worker.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            worker.process.kill()
+        except Exception:
+            pass
+        worker.process.join(5.0)
+
+    # -- requests -----------------------------------------------------------------------------
+    def submit(self, request: RewardRequest) -> int:
+        """Queue a request; returns the ticket its result will carry."""
+        ticket = next(self._tickets)
+        self._pending.append((ticket, request))
+        return ticket
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending) + sum(w.ticket is not None for w in self._workers)
+
+    def _dispatch(self) -> None:
+        for worker in self._workers:
+            if not self._pending:
+                return
+            if worker.ready and worker.ticket is None:
+                ticket, request = self._pending.popleft()
+                try:
+                    worker.conn.send((ticket, request.to_dict()))
+                except (OSError, ValueError):
+                    self._pending.appendleft((ticket, request))
+                    continue
+                worker.ticket = ticket
+                worker.reward = request.reward
+                worker.deadline = time.monotonic() + self.timeout
+
+    def _replace(self, worker: _Worker) -> None:
+        self._kill(worker)
+        worker.conn.close()
+        index = self._workers.index(worker)
+        self._workers[index] = self._spawn()
+        self.restarts += 1
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, RewardResult]]:
+        """Wait up to `timeout` seconds (None: until something finishes) and return finished results."""
+        if not self._workers:
+            self.start()
+        done: list[tuple[int, RewardResult]] = []
+        wait_until = None if timeout is None else time.monotonic() + timeout
+        while not done:
+            self._dispatch()
+            now = time.monotonic()
+            busy = [w for w in self._workers if w.ticket is not None]
+            if not busy and not self._pending:
+                return done
+            deadlines = [w.deadline for w in busy]
+            if wait_until is not None:
+                deadlines.append(wait_until)
+            wait_for = max(0.0, min(deadlines) - now) if deadlines else None
+            handles: list[Any] = []
+            for worker in self._workers:
+                handles += [worker.conn, worker.process.sentinel]
+            ready = set(multiprocessing.connection.wait(handles, wait_for))
+            now = time.monotonic()
+            for worker in list(self._workers):
+                if worker.conn in ready:
+                    try:
+                        message = worker.conn.recv()
+                    except (EOFError, OSError):
+                        message = None
+                    if message is not None:
+                        ticket, payload = message
+                        if ticket == "ready":
+                            worker.ready = True
+                        else:
+                            done.append((ticket, RewardResult.from_dict(payload)))
+                            worker.ticket = None
+                            self._start_failures = 0
+                        continue
+                if worker.process.sentinel in ready or (worker.conn in ready and not worker.process.is_alive()):
+                    worker.process.join(1.0)
+                    code = worker.process.exitcode
+                    if worker.ticket is not None:
+                        done.append((worker.ticket, RewardResult.failure(
+                            f"reward {worker.reward!r} killed its worker process ({_describe_exit(code)})")))
+                    else:
+                        self._start_failures += 1
+                        if self._start_failures >= MAX_START_FAILURES:
+                            raise RewardPoolError(
+                                f"reward worker processes exit right after starting ({_describe_exit(code)}); "
+                                "check that every plugin imports cleanly (`areal plugins`)"
+                            )
+                    self._replace(worker)
+                elif worker.ticket is not None and now >= worker.deadline:
+                    done.append((worker.ticket, RewardResult.failure(
+                        f"reward {worker.reward!r} timed out after {self.timeout:g}s")))
+                    self._replace(worker)
+            if wait_until is not None and time.monotonic() >= wait_until:
+                break
+        return done
+
+    def map(self, requests: Iterable[RewardRequest]) -> Iterator[tuple[int, RewardResult]]:
+        """Score all requests; yields (index in `requests`, result) as they finish."""
+        index_of = {self.submit(request): i for i, request in enumerate(requests)}
+        remaining = len(index_of)
+        while remaining:
+            for ticket, result in self.poll():
+                if ticket in index_of:
+                    remaining -= 1
+                    yield index_of.pop(ticket), result
+
+    def score(self, requests: Iterable[RewardRequest]) -> list[RewardResult]:
+        """Score all requests; results in request order."""
+        requests = list(requests)
+        results: list[RewardResult | None] = [None] * len(requests)
+        for index, result in self.map(requests):
+            results[index] = result
+        return results  # type: ignore[return-value]
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,102 @@
+"""`areal score`: score a JSONL file of responses with a registered reward.
+
+Rows are validated before any scoring starts (bad JSON, a missing `response` or a field the reward
+requires is an error naming the line), scoring runs in the reward pool with a hard per-item timeout,
+and the output file appears only when every row was scored (written to a temporary file, then renamed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from areal_core.errors import InputError
+from areal_core.registry import reward_registry
+from areal_core.reward_pool import RewardPool
+from areal_core.rewards import check_sample
+from areal_core.types import RewardRequest, RewardResult
+
+RESULT_FIELDS = ("score", "correct", "details", "error")
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    rows: int
+    mean_score: float
+    correct: int
+    judged: int
+    errors: int
+
+
+def read_score_input(path: Path, reward: str) -> list[dict[str, Any]]:
+    """Read and validate the input rows; raise InputError naming the first bad line."""
+    spec = reward_registry().get(reward)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read input ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        if "response" not in row:
+            raise InputError(f"{where}: missing field 'response'")
+        if not isinstance(row["response"], str):
+            raise InputError(f"{where}: field 'response' must be a string, got {type(row['response']).__name__}")
+        check_sample(spec, row, where)
+        rows.append(row)
+    if not rows:
+        raise InputError(f"{path}: no rows to score")
+    return rows
+
+
+def score_rows(rows: list[dict[str, Any]], reward: str, options: Mapping[str, Any], workers: int,
+               timeout: float, on_result: Callable[[int, RewardResult], None] | None = None) -> list[RewardResult]:
+    requests = [
+        RewardRequest(reward=reward, sample={k: v for k, v in row.items() if k != "response"},
+                      response=row["response"], options=dict(options), request_id=str(i))
+        for i, row in enumerate(rows)
+    ]
+    results: list[RewardResult | None] = [None] * len(requests)
+    with RewardPool(workers=workers, timeout=timeout) as pool:
+        for index, result in pool.map(requests):
+            results[index] = result
+            if on_result:
+                on_result(index, result)
+    return results  # type: ignore[return-value]
+
+
+def write_scored(rows: list[dict[str, Any]], results: list[RewardResult], output: Path) -> None:
+    """Write rows + result fields atomically: the file is complete or absent."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row, result in zip(rows, results):
+                f.write(json.dumps({**row, **result.to_dict()}, ensure_ascii=False) + "\n")
+        os.replace(tmp, output)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def summarise(results: list[RewardResult]) -> ScoreSummary:
+    return ScoreSummary(
+        rows=len(results),
+        mean_score=sum(r.score for r in results) / len(results) if results else 0.0,
+        correct=sum(r.correct is True for r in results),
+        judged=sum(r.correct is not None for r in results),
+        errors=sum(r.error is not None for r in results),
+    )

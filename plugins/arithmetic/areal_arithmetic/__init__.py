@@ -1,0 +1,100 @@
+"""areal-arithmetic: generated multi-digit arithmetic problems with an exact-match reward.
+
+This is the task of the CPU demo: a tiny model learns `123+456=` -> `975`. The answer is written least
+significant digit first (reversed) by default, the order in which carries are computed, which makes
+the task learnable by a small model in minutes.
+
+Train and held-out problems never overlap: every (a, op, b) is assigned to one split by a stable hash.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any, Iterator
+
+from areal_core import RewardResult, hookimpl
+
+__version__ = "0.1.0"
+
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def _is_heldout(a: int, op: str, b: int, heldout_fraction: float) -> bool:
+    digest = hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < heldout_fraction
+
+
+def format_answer(value: int, reverse: bool) -> str:
+    digits = str(abs(value))
+    if reverse:
+        digits = digits[::-1]
+    return ("-" if value < 0 else "") + digits
+
+
+def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answer: bool = True,
+             split: str = "train", heldout_fraction: float = 0.05) -> Iterator[dict[str, Any]]:
+    """Yield `size` problems `a op b =` with a, b drawn uniformly from [0, 10**digits).
+
+    split: "train" or "test"; test problems are the `heldout_fraction` of all pairs that train never uses.
+    Subtraction keeps a >= b so answers are non-negative.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if digits < 1 or digits > 18:
+        raise ValueError(f"digits must be between 1 and 18, got {digits}")
+    unknown = set(ops) - set(_OPS)
+    if not ops or unknown:
+        raise ValueError(f"ops must be made of {''.join(_OPS)}, got {ops!r}")
+    rng = random.Random(f"areal-arithmetic:{seed}:{split}")
+    produced = 0
+    while produced < size:
+        op = rng.choice(ops)
+        a, b = rng.randrange(10**digits), rng.randrange(10**digits)
+        if op == "-" and a < b:
+            a, b = b, a
+        if _is_heldout(a, op, b, heldout_fraction) != (split == "test"):
+            continue
+        produced += 1
+        yield {
+            "id": f"{a}{op}{b}",
+            "question": f"{a}{op}{b}=",
+            "reference": format_answer(_OPS[op](a, b), reverse_answer),
+        }
+
+
+def exact_match(sample: dict[str, Any], response: str, *, strip: bool = True) -> RewardResult:
+    """1.0 when the response equals the reference (surrounding whitespace ignored unless strip=False)."""
+    reference = str(sample["reference"])
+    answer = response.strip() if strip else response
+    correct = answer == reference
+    return RewardResult(score=1.0 if correct else 0.0, correct=correct,
+                        details={"extracted": answer[:200], "reference": reference})
+
+
+@hookimpl
+def register_rewards(register):
+    register("arithmetic", exact_match, required_fields=("reference",),
+             description="Exact match of the stripped response against `reference`.")
+
+
+@hookimpl
+def register_generators(register):
+    register("arithmetic", generate)
+
+
+def _task(name: str, description: str, split: str, size: int, seed: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "dataset": {"generator": "arithmetic", "seed": seed, "size": size,
+                    "options": {"digits": 3, "ops": "+", "reverse_answer": True, "split": split}},
+        "prompt": {"template": "{{ question }}"},
+        "reward": {"name": "arithmetic"},
+        "eval": {"n": 1, "k": [1], "temperature": 0.0, "max_new_tokens": 8},
+    }
+
+
+@hookimpl
+def register_tasks(register):
+    register(_task("arithmetic", "3-digit addition, answer digits reversed (training split)", "train", 20000, 0))
+    register(_task("arithmetic-test", "3-digit addition, answer digits reversed (held-out split)", "test", 500, 0))

@@ -1,0 +1,1 @@
+"""Declarative task specs (YAML) shipped with areal-core; see areal_core/tasks.py for the format."""
