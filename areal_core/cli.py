@@ -51,7 +51,7 @@ def plugins_command(as_json: bool) -> None:
     from areal_core.registry import generator_registry, reward_registry
 
     manager = get_plugin_manager()
-    problems = list(manager.problems)
+    problems: list[str] = []
     provided: dict[str, list[str]] = {}
     for kind, build in (("reward", reward_registry), ("generator", generator_registry)):
         try:
@@ -61,6 +61,7 @@ def plugins_command(as_json: bool) -> None:
             continue
         for name, spec in registry.items():
             provided.setdefault(spec.plugin, []).append(f"{kind}:{name}")
+    problems = manager.problems + problems
     rows = []
     for info in manager.plugins.values():
         rows.append({

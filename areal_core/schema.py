@@ -38,6 +38,13 @@ def convert(tp: Any, value: Any, key: str) -> Any:
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
+        real = [o for o in options if o is not type(None)]
+        if len(real) == 1:  # Optional[X]: X's own message is the clearest
+            return convert(real[0], value, key)
+        if isinstance(value, Mapping):  # a mapping can only be meant as the one structured option
+            structured = [o for o in real if dataclasses.is_dataclass(o) or typing.get_origin(o) is dict or o is dict]
+            if len(structured) == 1:
+                return convert(structured[0], value, key)
         errors = []
         for option in options:
             if option is type(None):

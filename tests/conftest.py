@@ -37,3 +37,38 @@ def run_areal(*args: str, env: dict[str, str] | None = None, cwd: str | Path | N
 @pytest.fixture
 def areal():
     return run_areal
+
+
+FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
+
+
+@pytest.fixture(scope="session")
+def plugin_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Each test plugin under tests/fixtures/plugins, pip-installed into its own target directory.
+
+    A test puts the directories it wants on PYTHONPATH, so plugins are installed for that test's processes
+    only (a real `pip install` of a real distribution with an `areal` entry point, nothing faked).
+    """
+    dirs = {}
+    for source in sorted(FIXTURE_PLUGINS.iterdir()):
+        target = tmp_path_factory.mktemp(f"site-{source.name}")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+             "--no-index", "--target", str(target), str(source)],
+            check=True, capture_output=True, text=True,
+        )
+        dirs[source.name] = target
+    return dirs
+
+
+@pytest.fixture
+def with_plugins(plugin_dirs):
+    """with_plugins("testkit", "dupe") -> environment for a subprocess that sees those test plugins."""
+
+    def env(*names: str, **extra: str) -> dict[str, str]:
+        paths = [str(plugin_dirs[name]) for name in names]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        return {"PYTHONPATH": os.pathsep.join(paths), **extra}
+
+    return env

@@ -1,0 +1,181 @@
+"""Task specs: validation with clear errors, loading real data files through `datasets`, prompts."""
+import textwrap
+
+import pytest
+
+from areal_core.errors import DatasetError, DuplicateNameError, TaskSpecError
+from areal_core.plugins import reset_plugin_manager
+from areal_core.registry import task_registry
+from areal_core.tasks import Task, load_task_yaml, task_spec_from_dict
+
+GSM8K_SPEC = """
+name: gsm8k-test
+dataset: {path: gsm8k/test.jsonl}
+fields:
+  id: idx
+  reference: {column: answer, regex: '####\\s*(.+)$', type: str}
+prompt:
+  messages:
+    - {role: system, content: "Reason step by step."}
+    - {role: user, content: "{{ question }}\\nPut the final answer in \\\\boxed{}."}
+reward: {name: arithmetic}
+eval: {n: 4, k: [1, 4], temperature: 0.6}
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries():
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def test_jsonl_task_maps_fields_with_regex_and_renders_chat_prompt(tmp_path, data_dir):
+    spec = load_task_yaml(write(tmp_path, "gsm8k.yaml", GSM8K_SPEC))
+    task = Task(spec, data_dir)
+    samples = task.samples()
+    assert len(samples) == 1319
+    first = samples[0]
+    assert first["id"] == "0" and first["reference"] == "18"
+    assert "Janet" in first["question"] and first["answer"].endswith("#### 18")  # original columns kept
+    assert all(s["reference"] and "####" not in s["reference"] for s in samples)
+    messages = task.render_prompt(first)
+    assert messages[0] == {"role": "system", "content": "Reason step by step."}
+    assert messages[1]["role"] == "user"
+    assert messages[1]["content"].startswith("Janet") and messages[1]["content"].endswith("\\boxed{}.")
+
+
+@pytest.mark.parametrize("path, rows, id_column", [
+    ("mbpp/sanitized-mbpp.json", 427, "task_id"),              # one JSON array
+    ("humaneval/HumanEval.jsonl.gz", 164, "task_id"),          # gzip JSONL
+    ("knights_and_knaves/3ppl/test.parquet", 100, None),       # parquet
+    ("amc23/test.jsonl", 40, "id"),
+])
+def test_every_real_file_format_loads(tmp_path, data_dir, path, rows, id_column):
+    fields = f"fields: {{id: {id_column}}}" if id_column else ""
+    spec = load_task_yaml(write(tmp_path, "t.yaml", f"""
+        name: t
+        dataset: {{path: {path}}}
+        {fields}
+        prompt: {{template: "x"}}
+        reward: {{name: arithmetic}}
+    """))
+    samples = Task(spec, data_dir).samples()
+    assert len(samples) == rows
+    assert len({s["id"] for s in samples}) == rows  # ids are unique
+
+
+def test_mixed_answer_types_are_normalised_to_strings(tmp_path, data_dir):
+    spec = load_task_yaml(write(tmp_path, "amc.yaml", """
+        name: amc
+        dataset: {path: amc23/test.jsonl}
+        fields: {reference: {column: answer, type: str}}
+        prompt: {template: "{{ problem }}"}
+        reward: {name: arithmetic}
+    """))
+    samples = Task(spec, data_dir).samples()
+    assert samples[0]["answer"] == 27.0 and samples[0]["reference"] == "27"
+    assert all(isinstance(s["reference"], str) for s in samples)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: t\ndataset: {path: x.jsonl\n", "not valid YAML"),
+    ("- just\n- a list\n", "a task spec must be a mapping, got list"),
+    ("name: t\ndataset: {path: x.jsonl}\nprompt: {template: x}\n", "reward: missing required key"),
+    ("name: t\ndataset: {path: x.jsonl}\nprompt: {template: x}\nreward: {name: r}\ncolour: red\n",
+     "colour: unknown key"),
+    ("name: t\ndataset: {generator: g, size: ten}\nprompt: {template: x}\nreward: {name: r}\n",
+     "dataset.size: expected int, got str 'ten'"),
+    ("name: t\ndataset: {path: x.jsonl}\nprompt: {template: x, messages: []}\nreward: {name: r}\n",
+     "prompt: a prompt has exactly one of: template, messages"),
+    ("name: t\ndataset: {}\nprompt: {template: x}\nreward: {name: r}\n", "a dataset needs one of: path, hub, generator"),
+    ("name: t\ndataset: {path: x.jsonl}\nprompt: {template: x}\nreward: {name: r}\neval: {n: 2, k: [4]}\n",
+     "every k must be between 1 and n=2"),
+    ("name: t\ndataset: {path: x.jsonl}\nfields: {reference: {column: a, regex: '(('}}\nprompt: {template: x}\nreward: {name: r}\n",
+     "does not compile"),
+    ("name: 'bad name!'\ndataset: {path: x.jsonl}\nprompt: {template: x}\nreward: {name: r}\n", "task name 'bad name!'"),
+])
+def test_malformed_task_yaml_is_a_clear_error_naming_file_and_key(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(TaskSpecError) as info:
+        load_task_yaml(path)
+    assert str(path) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_malformed_task_yaml_reported_by_cli_without_traceback(areal, tmp_path):
+    (tmp_path / "bad.yaml").write_text("name: t\ndataset: {generator: g, size: ten}\n")
+    result = areal("--tasks-dir", str(tmp_path), "tasks")
+    assert result.returncode == 2
+    assert "bad.yaml" in result.stderr and "dataset.size: expected int" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_file_names_the_data_dir(tmp_path):
+    spec = task_spec_from_dict({"name": "t", "dataset": {"path": "nowhere/test.jsonl"},
+                                "prompt": {"template": "x"}, "reward": {"name": "r"}}, "test")
+    with pytest.raises(DatasetError, match=r"nowhere/test.jsonl not found; set the data dir with --data-dir"):
+        Task(spec, tmp_path).samples()
+
+
+def test_malformed_row_is_an_error_naming_the_row_or_skipped_when_asked(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"q": "a", "ans": "1"}\n{"q": "b", "ans": "x"}\n{"q": "c", "ans": "3"}\n')
+    base = {"name": "t", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ q }}"},
+            "reward": {"name": "r"}, "fields": {"reference": {"column": "ans", "regex": r"^(\d+)$"}}}
+    with pytest.raises(DatasetError, match=r"row 1 of .*d.jsonl: column 'ans' does not match"):
+        Task(task_spec_from_dict(base, "t"), tmp_path).samples()
+    skipping = dict(base, dataset={"path": "d.jsonl", "on_bad_row": "skip"})
+    task = Task(task_spec_from_dict(skipping, "t"), tmp_path)
+    with pytest.warns(UserWarning, match="skipped 1 malformed rows"):
+        samples = task.samples()
+    assert [s["reference"] for s in samples] == ["1", "3"]
+    assert len(task.skipped_rows) == 1
+
+
+def test_prompt_using_a_missing_field_is_an_error_not_blank_text(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"q": "a"}\n')
+    spec = task_spec_from_dict({"name": "t", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
+                                "reward": {"name": "r"}}, "t")
+    task = Task(spec, tmp_path)
+    with pytest.raises(TaskSpecError, match="undefined field.*'question' is undefined.*sample fields: id, q"):
+        task.render_prompt(task.samples()[0])
+
+
+def test_same_task_name_in_two_files_is_an_error_naming_both(tmp_path):
+    for sub in ("one", "two"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "t.yaml").write_text("name: twin\ndataset: {path: x.jsonl}\nprompt: {template: x}\nreward: {name: r}\n")
+    with pytest.raises(DuplicateNameError, match=r"task 'twin' is registered twice: by file .*one/t.yaml and by file .*two/t.yaml"):
+        task_registry([tmp_path / "one", tmp_path / "two"])
+
+
+def test_generated_arithmetic_task_is_deterministic_and_heldout_is_disjoint():
+    registry = task_registry()
+    train = Task(registry.get("arithmetic")).samples()
+    test = Task(registry.get("arithmetic-test")).samples()
+    assert len(train) == 20000 and len(test) == 500
+    assert train[:5] == Task(registry.get("arithmetic")).samples()[:5]
+    assert not {s["id"] for s in train} & {s["id"] for s in test}
+    a, b = map(int, test[0]["question"].rstrip("=").split("+"))
+    assert test[0]["reference"] == str(a + b)[::-1]
+
+
+def test_tasks_cli_lists_tasks_and_shows_first_prompt(areal, tmp_path, data_dir):
+    write(tmp_path, "gsm8k.yaml", GSM8K_SPEC)
+    listing = areal("--data-dir", str(data_dir), "--tasks-dir", str(tmp_path), "tasks", "--json")
+    assert listing.returncode == 0, listing.stderr
+    import json
+
+    rows = {r["name"]: r for r in json.loads(listing.stdout)}
+    assert rows["gsm8k-test"]["size"] == 1319 and rows["gsm8k-test"]["reward"] == "arithmetic"
+    assert rows["arithmetic-test"]["source"] == "plugin 'arithmetic'"
+    shown = areal("--data-dir", str(data_dir), "--tasks-dir", str(tmp_path), "tasks", "show", "gsm8k-test")
+    assert shown.returncode == 0, shown.stderr
+    assert "1319 samples" in shown.stdout and "[user]\nJanet" in shown.stdout
