@@ -202,6 +202,13 @@ def score_command(reward: str, input_path: Path, output_path: Path | None, worke
         click.echo(f"wrote {output_path}")
 
 
+# --- engine commands ----------------------------------------------------------------------------
+from areal_core.engine.commands import init_model_command, serve_command  # noqa: E402
+
+cli.add_command(init_model_command)
+cli.add_command(serve_command)
+
+
 def _add_plugin_commands() -> None:
     manager = get_plugin_manager()
     manager.call_each("register_commands", cli=lambda plugin: cli)

@@ -1,0 +1,391 @@
+"""The embedded local engine: continuous batching over a slotted KV cache, interruptible by weight updates.
+
+All model work happens on one background thread, named "areal-engine", that owns the model and the
+cache; the async methods only hand requests and commands to it. At every step boundary the thread
+(1) applies control commands (pause / continue / update weights / flush), (2) admits waiting requests
+into free cache slots and prefills them, (3) decodes one token for every running request. New requests
+therefore join the running batch as soon as a slot frees up, without waiting for the longest sequence.
+
+A weight update drops every request's KV cache (it was computed with the old weights) but keeps its
+tokens; the next step recomputes the cache from prompt + tokens so far with the new weights and
+generation continues. Each token records the version of the weights that produced it.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from areal_core.engine.decoder import SlottedDecoder
+from areal_core.engine.model import ModelError, eos_token_ids, load_model, load_tokenizer
+from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Running:
+    request: GenerateRequest
+    on_done: Callable[[GenerateOutput], None]
+    generator: torch.Generator
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    slot: int | None = None
+    cached: int = 0                  # tokens whose keys/values are in the slot
+    interruptions: int = 0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.request.input_ids + self.output_ids
+
+
+class LocalEngine:
+    """In-process engine implementing `InferenceEngine`. Start with `start()` (or `async with`)."""
+
+    def __init__(self, model_path: str | Path, *, max_running_requests: int = 64, max_seq_len: int | None = None,
+                 device: str = "cpu", dtype: str = "float32", weight_version: int = 0, seed: int = 0,
+                 max_prefill_tokens: int = 8192, torch_threads: int | None = None) -> None:
+        self.model_path = str(model_path)
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.model = load_model(model_path, dtype=dtype, device=device)
+        self.tokenizer = load_tokenizer(model_path)
+        self.device = torch.device(device)
+        self.vocab_size = int(self.model.config.vocab_size)
+        limit = int(getattr(self.model.config, "max_position_embeddings", 4096))
+        self.max_seq_len = min(max_seq_len or limit, limit)
+        self.decoder = SlottedDecoder(self.model, max_running_requests, self.max_seq_len)
+        self.eos_ids = eos_token_ids(model_path, self.tokenizer)
+        self.version = weight_version
+        self.max_prefill_tokens = max_prefill_tokens
+        self._seeds = itertools.count(seed * 1_000_003)
+        self._free_slots = list(range(max_running_requests))[::-1]
+        self._waiting: deque[_Running] = deque()
+        self._running: list[_Running] = []
+        self._inbox: queue.SimpleQueue[tuple[str, Any, concurrent.futures.Future | None]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._paused = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="areal-engine", daemon=True)
+        self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "interruptions": 0}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> "LocalEngine":
+        if not self._thread.is_alive():
+            self._thread.start()
+        return self
+
+    async def __aenter__(self) -> "LocalEngine":
+        return self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._thread.is_alive():
+            await self._command("stop")
+            await asyncio.to_thread(self._thread.join, 10)
+
+    # -- public async API (InferenceEngine) ----------------------------------------------------
+    def validate(self, request: GenerateRequest) -> None:
+        """Raise EngineError for a request the engine cannot serve (the server turns it into HTTP 400)."""
+        if not request.input_ids:
+            raise EngineError("input_ids is empty: a prompt needs at least one token")
+        bad = [t for t in request.input_ids if not isinstance(t, int) or t < 0 or t >= self.vocab_size]
+        if bad:
+            raise EngineError(f"token id {bad[0]!r} is out of the vocabulary (size {self.vocab_size})")
+        request.sampling_params.validate()
+        if len(request.input_ids) >= self.max_seq_len:
+            raise EngineError(f"prompt of {len(request.input_ids)} tokens leaves no room under the engine's "
+                              f"max length {self.max_seq_len}")
+
+    def submit(self, request: GenerateRequest, on_done: Callable[[GenerateOutput], None]) -> None:
+        """Thread-safe: queue a request; `on_done` is called on the engine thread with the output."""
+        self.validate(request)
+        if not request.rid:
+            request = GenerateRequest(request.input_ids, request.sampling_params, uuid.uuid4().hex)
+        self._inbox.put(("generate", (request, on_done), None))
+        self._wake.set()
+
+    async def generate(self, request: GenerateRequest) -> GenerateOutput:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[GenerateOutput] = loop.create_future()
+
+        def done(output: GenerateOutput) -> None:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(output))
+
+        if not request.rid:
+            request = GenerateRequest(request.input_ids, request.sampling_params, uuid.uuid4().hex)
+        self.submit(request, done)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abort(request.rid)
+            raise
+
+    def abort(self, rid: str) -> None:
+        self._inbox.put(("abort", rid, None))
+        self._wake.set()
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        await self._command("pause", mode)
+
+    async def resume(self) -> None:
+        await self._command("continue")
+
+    async def update_weights(self, path: str | Path, version: int) -> float:
+        """Returns the seconds spent loading."""
+        return await self._command("update_weights", (str(path), int(version)))
+
+    async def flush_cache(self) -> None:
+        await self._command("flush_cache")
+
+    async def health(self) -> bool:
+        return self._thread.is_alive() and not self._stopped
+
+    async def model_info(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "tokenizer_path": self.model_path, "is_generation": True,
+                "weight_version": str(self.version), "max_running_requests": self.decoder.slots,
+                "max_seq_len": self.max_seq_len, "vocab_size": self.vocab_size,
+                "running": len(self._running), "waiting": len(self._waiting), "paused": self._paused}
+
+    async def _command(self, name: str, arg: Any = None) -> Any:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._inbox.put((name, arg, future))
+        self._wake.set()
+        if not self._thread.is_alive() and name != "stop":
+            raise EngineError("the engine is not running (call start())")
+        return await asyncio.wrap_future(future)
+
+    # -- engine thread -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopped:
+            self._drain_inbox()
+            if self._stopped:
+                break
+            if self._paused or not (self._waiting or self._running):
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # a bug must not leave callers waiting forever
+                log.exception("engine step failed")
+                for req in list(self._running) + list(self._waiting):
+                    self._finish(req, "abort", message=f"engine error: {exc}")
+        for req in list(self._running) + list(self._waiting):
+            self._finish(req, "abort", message="engine stopped")
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                name, arg, future = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = self._apply(name, arg)
+            except Exception as exc:
+                if future is not None:
+                    future.set_exception(exc)
+                else:
+                    log.exception("engine command %s failed", name)
+            else:
+                if future is not None:
+                    future.set_result(result)
+
+    def _apply(self, name: str, arg: Any) -> Any:
+        if name == "generate":
+            request, on_done = arg
+            params = request.sampling_params
+            generator = torch.Generator(device="cpu")
+            generator.manual_seed(params.seed if params.seed is not None else next(self._seeds))
+            self._waiting.append(_Running(request=request, on_done=on_done, generator=generator))
+        elif name == "abort":
+            for req in [r for r in list(self._running) + list(self._waiting) if r.request.rid == arg]:
+                self._finish(req, "abort", message="aborted by client")
+        elif name == "pause":
+            self._paused = True
+            if arg == "abort":
+                for req in list(self._running) + list(self._waiting):
+                    self._finish(req, "abort", message="aborted by pause_generation")
+            elif arg == "retract":
+                self._retract_all()
+        elif name == "continue":
+            self._paused = False
+        elif name == "update_weights":
+            path, version = arg
+            started = time.perf_counter()
+            self._load_weights(path)
+            # Every cache was computed with the old weights: drop them, keep the tokens.
+            for req in self._running:
+                self._drop_cache(req)
+            self.version = version
+            self.model_path = path
+            return time.perf_counter() - started
+        elif name == "flush_cache":
+            for req in self._running:
+                self._drop_cache(req)
+        elif name == "stop":
+            self._stopped = True
+        else:
+            raise EngineError(f"unknown engine command {name!r}")
+        return None
+
+    def _retract_all(self) -> None:
+        for req in reversed(self._running):
+            self._release(req)
+            self._drop_cache(req)
+            self._waiting.appendleft(req)
+        self._running.clear()
+
+    def _drop_cache(self, req: _Running) -> None:
+        """Forget a request's keys/values; the next step recomputes them from its tokens."""
+        if req.cached and req.output_ids:
+            req.interruptions += 1
+            self.stats["interruptions"] += 1
+        req.cached = 0
+
+    def _release(self, req: _Running) -> None:
+        if req.slot is not None:
+            self._free_slots.append(req.slot)
+            req.slot = None
+
+    def _load_weights(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise ModelError(f"{path}: no *.safetensors files to load weights from")
+        state: dict[str, torch.Tensor] = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        own = self.model.state_dict()
+        unexpected = sorted(set(state) - set(own))
+        tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        missing = sorted(set(own) - set(state) - tied)
+        if unexpected or missing:
+            raise ModelError(f"{path}: weights do not fit the served model (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+        with torch.no_grad():
+            for name, tensor in state.items():
+                if own[name].shape != tensor.shape:
+                    raise ModelError(f"{path}: {name} has shape {tuple(tensor.shape)}, expected {tuple(own[name].shape)}")
+            for name, tensor in state.items():
+                own[name].copy_(tensor)
+
+    def _finish(self, req: _Running, reason: str, message: str | None = None) -> None:
+        self._release(req)
+        if req in self._running:
+            self._running.remove(req)
+        if req in self._waiting:
+            self._waiting.remove(req)
+        text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True) if req.output_ids else ""
+        output = GenerateOutput(rid=req.request.rid, output_ids=list(req.output_ids), output_logprobs=list(req.logprobs),
+                                output_versions=list(req.versions), finish_reason=reason,  # type: ignore[arg-type]
+                                prompt_tokens=len(req.request.input_ids), text=text,
+                                num_interruptions=req.interruptions)
+        try:
+            req.on_done(output)
+        except Exception:
+            log.exception("generate callback failed for %s", req.request.rid)
+
+    def _step(self) -> None:
+        # Admit waiting requests into free slots, oldest first.
+        while self._waiting and self._free_slots:
+            req = self._waiting.popleft()
+            req.slot = self._free_slots.pop()
+            self._running.append(req)
+        need_prefill = [r for r in self._running if len(r.tokens) - r.cached > 1]
+        decoding = [r for r in self._running if len(r.tokens) - r.cached == 1]
+        if need_prefill:
+            batch, budget = [], self.max_prefill_tokens
+            for req in need_prefill:
+                n = len(req.tokens) - req.cached
+                if batch and n > budget:
+                    break
+                batch.append(req)
+                budget -= n
+            self._forward_and_sample(batch)
+            self.stats["prefill_tokens"] += sum(len(r.tokens) for r in batch)
+        if decoding:
+            self._forward_and_sample(decoding)
+            self.stats["decode_tokens"] += len(decoding)
+        self.stats["steps"] += 1
+
+    def _forward_and_sample(self, batch: list[_Running]) -> None:
+        news = [req.tokens[req.cached:] for req in batch]
+        width = max(len(n) for n in news)
+        tokens = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, new in enumerate(news):
+            tokens[i, : len(new)] = torch.tensor(new)
+        logits = self.decoder.forward(
+            tokens.to(self.device),
+            torch.tensor([r.slot for r in batch], device=self.device),
+            torch.tensor([r.cached for r in batch], device=self.device),
+            torch.tensor([len(n) for n in news], device=self.device),
+        ).cpu()
+        for req, new in zip(batch, news):
+            req.cached += len(new)
+        token_ids, logprobs = sample(logits, [r.request.sampling_params for r in batch], [r.generator for r in batch])
+        for req, token, logprob in zip(batch, token_ids, logprobs):
+            req.output_ids.append(token)
+            req.logprobs.append(logprob)
+            req.versions.append(self.version)
+            reason = self._finish_reason(req, token)
+            if reason:
+                self._finish(req, reason)
+
+    def _finish_reason(self, req: _Running, token: int) -> str | None:
+        params = req.request.sampling_params
+        if token in params.stop_token_ids or (not params.ignore_eos and token in self.eos_ids):
+            return "stop"
+        if params.stop:
+            tail = self.tokenizer.decode(req.output_ids[-32:], skip_special_tokens=True)
+            if any(s in tail for s in params.stop):
+                return "stop"
+        if len(req.output_ids) >= params.max_new_tokens or len(req.tokens) >= self.max_seq_len:
+            return "length"
+        return None
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> tuple[list[int], list[float]]:
+    """Draw one token per row; return (tokens, log-probs).
+
+    log-prob = log softmax(logits / T)[token] (T = 1 for greedy), before top-k / top-p truncation:
+    the behaviour policy the trainer recomputes (see engine/protocol.py).
+    """
+    temperatures = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params]).unsqueeze(1)
+    logprobs = torch.log_softmax(logits / temperatures, dim=-1)
+    tokens: list[int] = []
+    for row, p in enumerate(params):
+        if p.temperature == 0:
+            tokens.append(int(torch.argmax(logits[row])))
+            continue
+        probs = logprobs[row].exp()
+        if p.top_k > 0 and p.top_k < probs.numel():
+            kth = torch.topk(probs, p.top_k).values[-1]
+            probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        if p.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_probs, 0) - sorted_probs < p.top_p * sorted_probs.sum()
+            mask = torch.zeros_like(probs, dtype=torch.bool)
+            mask[order[keep]] = True
+            probs = torch.where(mask, probs, torch.zeros_like(probs))
+        tokens.append(int(torch.multinomial(probs, 1, generator=generators[row])))
+    picked = logprobs[torch.arange(len(params)), torch.tensor(tokens)]
+    return tokens, picked.tolist()

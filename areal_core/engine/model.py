@@ -1,0 +1,127 @@
+"""The embedded default model: a tiny Qwen2-architecture causal LM with a character-level tokenizer.
+
+Built by the project (`areal init-model`), saved with `save_pretrained`, and loaded back through the same
+`transformers` calls as any real model, so the CPU demo and the tests exercise the real code path.
+"""
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+from areal_core.errors import ArealError
+
+SPECIAL_TOKENS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+# Every printable ASCII character: digits and operators for arithmetic, letters and punctuation for puzzles.
+CHARACTERS = [c for c in string.printable if c not in "\x0b\x0c\r"]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+TINY_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
+class ModelError(ArealError):
+    """A model directory is missing, incomplete or of an unsupported architecture."""
+
+
+def build_char_tokenizer():
+    """A character-level fast tokenizer (one token per character) with Qwen-style special tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|endoftext|>", unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"], clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def init_model(output_dir: str | Path, seed: int = 0, **overrides: Any) -> Path:
+    """Create the tiny model (random weights, deterministic for a seed) in `output_dir`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    output_dir = Path(output_dir)
+    tokenizer = build_char_tokenizer()
+    unknown = set(overrides) - set(TINY_DEFAULTS)
+    if unknown:
+        raise ModelError(f"unknown model option(s) {sorted(unknown)}; choose from {sorted(TINY_DEFAULTS)}")
+    settings = {**TINY_DEFAULTS, **overrides}
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), tie_word_embeddings=True, rms_norm_eps=1e-6,
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        **settings,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")],
+                                               pad_token_id=tokenizer.pad_token_id)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir, safe_serialization=True)
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / "areal_model.json").write_text(json.dumps({"kind": "areal-tiny", "seed": seed, **settings}, indent=2))
+    return output_dir
+
+
+def check_model_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path} is not a Hugging Face model directory (no config.json); "
+                         "create the default one with `areal init-model DIR`")
+    if not any(path.glob("*.safetensors")):
+        raise ModelError(f"{path} has no *.safetensors weights")
+    return path
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
+    """Load a causal LM from a local directory (no hub access)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = check_model_dir(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: str | Path):
+    """The directory's tokenizer. A directory that declares the generic fast tokenizer (as ours does) gets
+    exactly its tokenizer.json; AutoTokenizer would rebuild it as the model type's tokenizer (Qwen2's BPE)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = check_model_dir(path)
+    config_file = path / "tokenizer_config.json"
+    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def eos_token_ids(model_dir: str | Path, tokenizer: Any) -> set[int]:
+    """EOS ids from generation_config.json (may be a list), else the tokenizer's."""
+    ids: set[int] = set()
+    gen = Path(model_dir) / "generation_config.json"
+    if gen.is_file():
+        value = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids

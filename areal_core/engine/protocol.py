@@ -1,0 +1,132 @@
+"""The generation protocol used by the rollout controller and by evals.
+
+Log-probabilities: every engine returns, for each generated token t_i,
+
+    logprob_i = log softmax(z_i / T)[t_i]        (T = temperature; T = 0 means greedy and uses T = 1)
+
+where z_i are the model's logits for that position. This is the behaviour policy pi_behav of decoupled
+PPO: the trainer recomputes the same quantity with its own weights (`log_softmax(logits / T)`), so the
+two agree exactly when the weights agree. Top-p / top-k truncation is *not* reflected in the returned
+value (it only restricts which tokens can be drawn); this is also what SGLang returns by default.
+
+Versions: `output_versions[i]` is the policy (weight) version that produced token i. When generation is
+interrupted by a weight update, earlier tokens keep their old version and later ones carry the new one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from areal_core.errors import ArealError
+
+FinishReason = Literal["stop", "length", "abort"]
+PauseMode = Literal["abort", "retract", "in_place"]
+
+
+class EngineError(ArealError):
+    """A generation request was invalid, or no server could serve it."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """SGLang's names and meanings. top_k = -1 means no top-k; stop_token_ids extend the model's EOS."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if self.max_new_tokens <= 0:
+            raise EngineError(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise EngineError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise EngineError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise EngineError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+
+    def to_sglang(self) -> dict[str, Any]:
+        """The `sampling_params` object of SGLang's /generate."""
+        out: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
+                               "top_p": self.top_p, "top_k": self.top_k, "ignore_eos": self.ignore_eos}
+        if self.stop_token_ids:
+            out["stop_token_ids"] = list(self.stop_token_ids)
+        if self.stop:
+            out["stop"] = list(self.stop)
+        if self.seed is not None:
+            out["sampling_seed"] = self.seed
+        return out
+
+    @classmethod
+    def from_sglang(cls, data: dict[str, Any] | None) -> "SamplingParams":
+        data = dict(data or {})
+        stop = data.get("stop") or ()
+        params = cls(
+            max_new_tokens=int(data.get("max_new_tokens", 128)),
+            temperature=float(data.get("temperature", 1.0)),
+            top_p=float(data.get("top_p", 1.0)),
+            top_k=int(data.get("top_k", -1)),
+            stop_token_ids=tuple(int(t) for t in (data.get("stop_token_ids") or ())),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+            ignore_eos=bool(data.get("ignore_eos", False)),
+            seed=data.get("sampling_seed", data.get("seed")),
+        )
+        params.validate()
+        return params
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Prompt token ids + sampling params. `rid` identifies the request across retries and servers."""
+
+    input_ids: list[int]
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    rid: str = ""
+
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    rid: str
+    output_ids: list[int]
+    output_logprobs: list[float]
+    output_versions: list[int]
+    finish_reason: FinishReason
+    prompt_tokens: int
+    text: str = ""
+    num_interruptions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """What the rollout controller and evals need from a generation backend."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateOutput:
+        """Generate until a stop condition; survives interruptions (pause/update/continue)."""
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        """Stop scheduling. retract: in-flight requests drop their KV cache and wait; abort: they end
+        with finish_reason "abort"; in_place: they keep their cache."""
+
+    async def resume(self) -> None:
+        """Continue generation; retracted requests recompute their cache from prompt + tokens so far."""
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Load weights from a checkpoint directory (safetensors) and tag later tokens with `version`."""
+
+    async def health(self) -> bool:
+        """True when the engine can serve requests."""
+
+    async def model_info(self) -> dict[str, Any]:
+        """At least: model_path, weight_version."""
+
+    async def close(self) -> None:
+        """Release resources."""

@@ -1,0 +1,203 @@
+"""`areal serve`: the local engine behind the subset of SGLang's native HTTP API the platform uses.
+
+Same paths, request fields and response fields as SGLang (0.5.x):
+
+  POST /generate                  {input_ids | text, sampling_params, return_logprob, rid}  (single or batch)
+       -> {text, output_ids, meta_info: {id, finish_reason, prompt_tokens, completion_tokens,
+           output_token_logprobs: [[logprob, token_id, null], ...], weight_version,
+           weight_versions: [{version, start, end}, ...], num_retractions}}
+  POST /pause_generation          {mode: abort | retract | in_place}
+  POST /continue_generation
+  POST /update_weights_from_disk  {model_path, weight_version} -> {success, message, num_paused_requests}
+  GET  /health, /health_generate, /model_info, /get_model_info;  GET|POST /flush_cache;  POST /abort_request
+
+Beyond SGLang, meta_info also carries `output_token_weight_versions`, the version of every token.
+Weight versions are integers here (SGLang's are strings; "3" and 3 are both accepted).
+Invalid requests get HTTP 400 with {"error": {"message": ...}}, as SGLang answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from areal_core.engine.local import LocalEngine
+from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, SamplingParams
+
+
+def weight_version_spans(versions: list[int]) -> list[dict[str, Any]]:
+    spans: list[dict[str, Any]] = []
+    for i, version in enumerate(versions):
+        if spans and spans[-1]["version"] == str(version):
+            spans[-1]["end"] = i + 1
+        else:
+            spans.append({"version": str(version), "start": i, "end": i + 1})
+    return spans
+
+
+def finish_reason_json(output: GenerateOutput, eos_like: bool = True) -> dict[str, Any]:
+    if output.finish_reason == "stop":
+        return {"type": "stop", "matched": output.output_ids[-1] if output.output_ids else None}
+    if output.finish_reason == "length":
+        return {"type": "length", "length": len(output.output_ids)}
+    return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+def output_json(output: GenerateOutput, return_logprob: bool, current_version: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "id": output.rid,
+        "finish_reason": finish_reason_json(output),
+        "prompt_tokens": output.prompt_tokens,
+        "completion_tokens": len(output.output_ids),
+        "cached_tokens": 0,
+        "num_retractions": output.num_interruptions,
+        "weight_version": str(output.output_versions[-1] if output.output_versions else current_version),
+        "weight_versions": weight_version_spans(output.output_versions),
+        "output_token_weight_versions": output.output_versions,
+    }
+    if return_logprob:
+        meta["output_token_logprobs"] = [[lp, tok, None] for lp, tok in zip(output.output_logprobs, output.output_ids)]
+        meta["output_token_logprobs_length"] = len(output.output_ids)
+    return {"text": output.text, "output_ids": output.output_ids, "meta_info": meta}
+
+
+def _parse_version(value: Any, fallback: int) -> int:
+    if value is None:
+        return fallback + 1
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise EngineError(f"weight_version must be an integer (or its string), got {value!r}") from None
+
+
+def build_app(engine: LocalEngine) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine.start()
+        yield
+        await engine.close()
+
+    app = FastAPI(title="areal local engine (SGLang-compatible)", lifespan=lifespan)
+
+    def error(message: str, status: int = 400) -> JSONResponse:
+        return JSONResponse({"error": {"message": message}}, status_code=status)
+
+    async def body(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        data = await request.json()
+        if not isinstance(data, dict):
+            raise EngineError("the request body must be a JSON object")
+        return data
+
+    def to_requests(data: dict[str, Any]) -> tuple[list[GenerateRequest], bool]:
+        if data.get("stream"):
+            raise EngineError("stream=true is not supported by areal serve")
+        ids = data.get("input_ids")
+        text = data.get("text")
+        if ids is None and text is None:
+            raise EngineError("give input_ids or text")
+        if ids is None:
+            single = isinstance(text, str)
+            texts = [text] if single else list(text)
+            ids = [engine.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        else:
+            if not isinstance(ids, list):
+                raise EngineError("input_ids must be a list of token ids or a list of such lists")
+            single = not ids or not isinstance(ids[0], list)
+            ids = [ids] if single else ids
+        params = data.get("sampling_params") or {}
+        params_list = params if isinstance(params, list) else [params] * len(ids)
+        rids = data.get("rid")
+        rid_list = [rids] if single else (rids if isinstance(rids, list) else [f"{rids}-{i}" if rids else "" for i in range(len(ids))])
+        if len(params_list) != len(ids) or len(rid_list) != len(ids):
+            raise EngineError("sampling_params and rid lists must match the batch size")
+        requests = []
+        for prompt, p, rid in zip(ids, params_list, rid_list):
+            if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+                raise EngineError("input_ids must contain integers")
+            request = GenerateRequest(list(prompt), SamplingParams.from_sglang(p), str(rid or ""))
+            engine.validate(request)
+            requests.append(request)
+        return requests, single
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        try:
+            data = await body(request)
+            requests, single = to_requests(data)
+        except (EngineError, ValueError, TypeError) as exc:
+            return error(str(exc))
+        outputs = await asyncio.gather(*(engine.generate(r) for r in requests))
+        results = [output_json(o, bool(data.get("return_logprob")), engine.version) for o in outputs]
+        return JSONResponse(results[0] if single else results)
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request):
+        try:
+            mode = (await body(request)).get("mode", "abort")
+            if mode not in ("abort", "retract", "in_place"):
+                raise EngineError(f"mode must be abort, retract or in_place, got {mode!r}")
+        except (EngineError, ValueError) as exc:
+            return error(str(exc))
+        await engine.pause(mode)
+        return {"message": "Generation paused successfully.", "status": "ok"}
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        await engine.resume()
+        return {"message": "Generation continued successfully.", "status": "ok"}
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        try:
+            data = await body(request)
+            path = data.get("model_path")
+            if not path or not Path(path).is_dir():
+                raise EngineError(f"model_path {path!r} is not a directory")
+            version = _parse_version(data.get("weight_version"), engine.version)
+            running = len(engine._running)
+            seconds = await engine.update_weights(path, version)
+        except Exception as exc:
+            return JSONResponse({"success": False, "message": str(exc), "num_paused_requests": 0}, status_code=400)
+        return {"success": True, "message": f"Succeeded to update model weights in {seconds:.3f}s.",
+                "num_paused_requests": running}
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health():
+        return Response(status_code=200 if await engine.health() else 503)
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info():
+        return await engine.model_info()
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        await engine.flush_cache()
+        return Response("Cache flushed.\nPlease check backend logs for more details.", status_code=200)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        data = await body(request)
+        if data.get("abort_all"):
+            for req in list(engine._running) + list(engine._waiting):
+                engine.abort(req.request.rid)
+        elif data.get("rid"):
+            engine.abort(str(data["rid"]))
+        return Response(status_code=200)
+
+    return app
+
+
+def serve(model_path: str, host: str = "127.0.0.1", port: int = 30000, **engine_options: Any) -> None:
+    import uvicorn
+
+    engine = LocalEngine(model_path, **engine_options)
+    uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")

@@ -1,0 +1,180 @@
+"""The local engine against the model's own forward pass: logits, log-probs, batching, interruption."""
+import asyncio
+
+import pytest
+import torch
+
+from areal_core.engine.decoder import SlottedDecoder
+from areal_core.engine.local import LocalEngine
+from areal_core.engine.model import load_model
+from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
+
+LOGPROB_TOLERANCE = 1e-4  # float32 on CPU; observed differences are ~1e-6
+
+
+def reference_logprobs(model, prompt, output, temperature):
+    """What a trainer computes: log softmax(logits / T) of each output token, one full forward pass."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + output])).logits[0].float()
+    t = temperature if temperature > 0 else 1.0
+    logprobs = torch.log_softmax(logits / t, dim=-1)[len(prompt) - 1:-1]
+    return logprobs.gather(1, torch.tensor(output)[:, None])[:, 0]
+
+
+def test_slotted_decoder_matches_model_forward_for_prefill_and_decode(tiny_model):
+    model = load_model(tiny_model)
+    decoder = SlottedDecoder(model, slots=4, max_len=64)
+    prompts = [[6, 7, 8, 77, 9, 10, 11, 85], [15, 16, 17], [20, 21, 22, 23, 24, 25]]
+    width = max(map(len, prompts))
+    tokens = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    slots, lengths = torch.tensor([2, 0, 3]), torch.tensor([len(p) for p in prompts])
+    logits = decoder.forward(tokens, slots, torch.zeros(3, dtype=torch.long), lengths)
+    step = decoder.forward(torch.tensor([[5], [6], [7]]), slots, lengths, torch.ones(3, dtype=torch.long))
+    with torch.no_grad():
+        for row, (prompt, nxt) in enumerate(zip(prompts, [5, 6, 7])):
+            assert torch.allclose(logits[row], model(torch.tensor([prompt])).logits[0, -1], atol=1e-4)
+            assert torch.allclose(step[row], model(torch.tensor([prompt + [nxt]])).logits[0, -1], atol=1e-4)
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(0.0, 1.0, -1), (1.0, 1.0, -1), (0.7, 0.9, 20)])
+def test_returned_logprobs_equal_the_trainers_recomputation(tiny_model, temperature, top_p, top_k):
+    async def run():
+        async with LocalEngine(tiny_model, max_running_requests=4) as engine:
+            params = SamplingParams(max_new_tokens=24, temperature=temperature, top_p=top_p, top_k=top_k,
+                                    ignore_eos=True, seed=3)
+            prompts = [[6, 7, 8, 77, 9, 10, 11, 85], [30, 31], [12] * 5]
+            return engine, prompts, await asyncio.gather(*(engine.generate(GenerateRequest(p, params)) for p in prompts))
+
+    engine, prompts, outputs = asyncio.run(run())
+    for prompt, out in zip(prompts, outputs):
+        assert len(out.output_ids) == 24 and out.finish_reason == "length"
+        ref = reference_logprobs(engine.model, prompt, out.output_ids, temperature)
+        assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
+        assert out.output_versions == [0] * 24
+
+
+def test_many_concurrent_requests_complete_and_short_ones_do_not_wait_for_long_ones(tiny_model):
+    finished = []
+
+    async def run():
+        async with LocalEngine(tiny_model, max_running_requests=8, torch_threads=1) as engine:
+            async def one(i, n):
+                out = await engine.generate(GenerateRequest([6 + i % 10, 85], SamplingParams(max_new_tokens=n, ignore_eos=True, seed=i)))
+                finished.append((i, n))
+                return out
+            lengths = [120] + [4 + i % 7 for i in range(39)]
+            outputs = await asyncio.gather(*(one(i, n) for i, n in enumerate(lengths)))
+            return lengths, outputs, dict(engine.stats)
+
+    lengths, outputs, stats = asyncio.run(run())
+    assert [len(o.output_ids) for o in outputs] == lengths
+    assert finished[-1] == (0, 120)  # submitted first, finished last: the batch never waited for it
+    # Continuous batching: far fewer forward steps than running every request on its own.
+    assert stats["steps"] < sum(lengths) / 3
+
+
+def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model):
+    async def run():
+        async with LocalEngine(tiny_model) as engine:
+            seeded = SamplingParams(max_new_tokens=16, temperature=1.0, seed=11, ignore_eos=True)
+            greedy = SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
+            a, b = [await engine.generate(GenerateRequest([6, 7], seeded)) for _ in range(2)]
+            c, d = [await engine.generate(GenerateRequest([6, 7], greedy)) for _ in range(2)]
+            other = await engine.generate(GenerateRequest([6, 7], SamplingParams(max_new_tokens=16, seed=12, ignore_eos=True)))
+            return a, b, c, d, other
+
+    a, b, c, d, other = asyncio.run(run())
+    assert a.output_ids == b.output_ids and c.output_ids == d.output_ids
+    assert a.output_ids != other.output_ids
+
+
+def test_stop_token_ends_generation_and_is_included(tiny_model):
+    async def run():
+        async with LocalEngine(tiny_model) as engine:
+            free = await engine.generate(GenerateRequest([6, 7], SamplingParams(max_new_tokens=40, temperature=0, ignore_eos=True)))
+            stop_at = free.output_ids[5]
+            first = free.output_ids.index(stop_at)
+            out = await engine.generate(GenerateRequest([6, 7], SamplingParams(max_new_tokens=40, temperature=0, ignore_eos=True,
+                                                                               stop_token_ids=(stop_at,))))
+            return free, out, first
+
+    free, out, first = asyncio.run(run())
+    assert out.finish_reason == "stop"
+    assert out.output_ids == free.output_ids[: first + 1]
+
+
+@pytest.mark.parametrize("request_, message", [
+    (GenerateRequest([], SamplingParams()), "input_ids is empty"),
+    (GenerateRequest([1, 100000], SamplingParams()), "out of the vocabulary"),
+    (GenerateRequest([1, -3], SamplingParams()), "out of the vocabulary"),
+    (GenerateRequest([1], SamplingParams(max_new_tokens=0)), "max_new_tokens must be > 0"),
+    (GenerateRequest([1], SamplingParams(top_p=0)), "top_p must be in (0, 1]"),
+])
+def test_invalid_requests_are_rejected_with_a_clear_message(tiny_model, request_, message):
+    engine = LocalEngine(tiny_model)
+    with pytest.raises(EngineError) as info:
+        engine.validate(request_)
+    assert message in str(info.value)
+
+
+def test_interrupted_generation_continues_with_new_weights_and_versions(tiny_model, tiny_model_v1):
+    """pause -> update weights -> continue: every request completes; tokens after the update carry
+    version 1 and their log-probs are those of the new weights, tokens before it those of the old."""
+    async def run():
+        async with LocalEngine(tiny_model, max_running_requests=8, torch_threads=1) as engine:
+            params = SamplingParams(max_new_tokens=100, temperature=1.0, ignore_eos=True, seed=5)
+            prompts = [[6 + i, 85] for i in range(6)]
+            tasks = [asyncio.create_task(engine.generate(GenerateRequest(p, params))) for p in prompts]
+            while len(engine._running) < 6 or min(len(r.output_ids) for r in engine._running) < 5:
+                await asyncio.sleep(0.005)
+            await engine.pause("retract")
+            await engine.update_weights(tiny_model_v1, version=1)
+            await engine.resume()
+            return prompts, await asyncio.gather(*tasks), engine
+
+    prompts, outputs, engine = asyncio.run(run())
+    old, new = load_model(tiny_model), load_model(tiny_model_v1)
+    for prompt, out in zip(prompts, outputs):
+        assert len(out.output_ids) == 100 and out.num_interruptions == 1
+        cut = out.output_versions.index(1)
+        assert 5 <= cut < 100
+        assert out.output_versions == [0] * cut + [1] * (100 - cut)
+        lp = torch.tensor(out.output_logprobs)
+        ref_old = reference_logprobs(old, prompt, out.output_ids, 1.0)
+        ref_new = reference_logprobs(new, prompt, out.output_ids, 1.0)
+        assert torch.allclose(lp[:cut], ref_old[:cut], atol=LOGPROB_TOLERANCE)
+        assert torch.allclose(lp[cut:], ref_new[cut:], atol=LOGPROB_TOLERANCE)
+        assert not torch.allclose(lp[cut:], ref_old[cut:], atol=LOGPROB_TOLERANCE)
+
+
+def test_pause_abort_ends_requests_with_partial_output(tiny_model):
+    async def run():
+        async with LocalEngine(tiny_model, torch_threads=1) as engine:
+            task = asyncio.create_task(engine.generate(GenerateRequest([6], SamplingParams(max_new_tokens=200, ignore_eos=True))))
+            while not engine._running or len(engine._running[0].output_ids) < 3:
+                await asyncio.sleep(0.005)
+            await engine.pause("abort")
+            out = await task
+            await engine.resume()
+            after = await engine.generate(GenerateRequest([6], SamplingParams(max_new_tokens=3, ignore_eos=True)))
+            return out, after
+
+    out, after = asyncio.run(run())
+    assert out.finish_reason == "abort" and 3 <= len(out.output_ids) < 200
+    assert len(after.output_ids) == 3
+
+
+def test_update_weights_rejects_a_checkpoint_of_another_shape(tiny_model, tmp_path):
+    from areal_core.engine.model import ModelError, init_model
+
+    other = init_model(tmp_path / "wide", hidden_size=64, intermediate_size=192)
+
+    async def run():
+        async with LocalEngine(tiny_model) as engine:
+            with pytest.raises(ModelError, match="has shape"):
+                await engine.update_weights(other, 1)
+            assert engine.version == 0
+            out = await engine.generate(GenerateRequest([6], SamplingParams(max_new_tokens=2, ignore_eos=True)))
+            return out
+
+    assert len(asyncio.run(run()).output_ids) == 2
