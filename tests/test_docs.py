@@ -3,7 +3,9 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def code_blocks(markdown: str, language: str) -> list[str]:
