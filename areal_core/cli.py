@@ -171,7 +171,8 @@ def _parse_options(options: tuple[str, ...]) -> dict[str, Any]:
               help="JSONL file: one object per line with `response` and the reward's fields.")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write each row with score/correct/details/error added (written only on success).")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1), help="Reward worker processes.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1),
+              help="Reward worker processes (--backend local).")
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds one row may take; a row that takes longer gets an error result.")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",

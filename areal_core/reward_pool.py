@@ -7,7 +7,11 @@ children the reward started die too -- when the deadline passes, and then replac
 exactly one RewardResult: the reward's own, or one with ``error`` set saying what happened.
 
 Workers find rewards by name in their own registry (plugins load in each worker, honouring
-``AREAL_PLUGINS``), so requests carry only JSON-friendly data.
+``AREAL_PLUGINS``), so requests carry only JSON-friendly data. A worker whose parent dies (the pool's
+process was killed) kills its own process group instead of living on as an orphan.
+
+Threads: ``submit`` and ``wakeup`` may be called from any thread; ``poll``/``map``/``score`` from one
+thread at a time (the async reward service drives the pool from one dedicated thread).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -33,9 +38,26 @@ class RewardPoolError(ArealError):
     """The pool cannot run rewards at all (its worker processes cannot start)."""
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int | None) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Kill this worker's process group once its parent is gone (checked twice a second).
+
+    A daemon thread, so it works whatever the reward does with the main thread; pure-Python loops
+    release the GIL often enough for it to run."""
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="areal-reward-orphan-watch", daemon=True).start()
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int | None,
+                 parent_pid: int | None = None) -> None:
     # Own process group: on timeout the pool kills the group, taking any children of the reward along.
     os.setsid()
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     if memory_limit_mb:
         import resource
 
@@ -73,6 +95,7 @@ class _Worker:
     ready: bool = False
     ticket: int | None = None
     deadline: float = 0.0
+    timeout: float = 0.0
     reward: str = ""
 
 
@@ -83,7 +106,8 @@ class RewardPool:
             for index, result in pool.map(requests):
                 ...
 
-    timeout:         seconds one request may run (wall clock) before its worker is killed.
+    timeout:         seconds one request may run (wall clock) before its worker is killed; `submit`
+                     may give one request its own.
     memory_limit_mb: address-space limit of each worker (None: unlimited).
     start_method:    multiprocessing start method; "spawn" is safe with threads and torch.
     """
@@ -99,10 +123,16 @@ class RewardPool:
         self.memory_limit_mb = memory_limit_mb
         self._ctx = multiprocessing.get_context(start_method)
         self._workers: list[_Worker] = []
-        self._pending: deque[tuple[int, RewardRequest]] = deque()
+        self._pending: deque[tuple[int, RewardRequest, float]] = deque()
+        self._lock = threading.Lock()
         self._tickets = itertools.count()
         self._start_failures = 0
         self.restarts = 0
+        # Self-pipe: `wakeup` (any thread) makes a `poll` that is waiting look at new requests at once.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_pending = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> "RewardPool":
@@ -118,14 +148,18 @@ class RewardPool:
 
     def _spawn(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=_worker_main, args=(child, self.memory_limit_mb), daemon=True,
-                                    name="areal-reward-worker")
+        process = self._ctx.Process(target=_worker_main, args=(child, self.memory_limit_mb, os.getpid()),
+                                    daemon=True, name="areal-reward-worker")
         process.start()
         child.close()
         return _Worker(process=process, conn=parent)
 
     def close(self) -> None:
+        """Stop every worker: idle ones are asked to exit, busy ones (their results abandoned) are killed."""
         for worker in self._workers:
+            if worker.ticket is not None:
+                self._kill(worker)
+                continue
             try:
                 worker.conn.send(None)
             except (OSError, ValueError):
@@ -137,6 +171,14 @@ class RewardPool:
                 self._kill(worker)
             worker.conn.close()
         self._workers.clear()
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def _kill(self, worker: _Worker) -> None:
         try:
@@ -150,11 +192,26 @@ class RewardPool:
         worker.process.join(5.0)
 
     # -- requests -----------------------------------------------------------------------------
-    def submit(self, request: RewardRequest) -> int:
-        """Queue a request; returns the ticket its result will carry."""
-        ticket = next(self._tickets)
-        self._pending.append((ticket, request))
+    def submit(self, request: RewardRequest, timeout: float | None = None) -> int:
+        """Queue a request (from any thread); returns the ticket its result will carry.
+
+        timeout: seconds this request may run (default: the pool's)."""
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        with self._lock:
+            ticket = next(self._tickets)
+            self._pending.append((ticket, request, self.timeout if timeout is None else timeout))
         return ticket
+
+    def wakeup(self) -> None:
+        """Make a `poll` waiting in another thread dispatch newly submitted requests and return now."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full: a wake-up is pending already
 
     @property
     def in_flight(self) -> int:
@@ -162,18 +219,22 @@ class RewardPool:
 
     def _dispatch(self) -> None:
         for worker in self._workers:
-            if not self._pending:
-                return
-            if worker.ready and worker.ticket is None:
-                ticket, request = self._pending.popleft()
-                try:
-                    worker.conn.send((ticket, request.to_dict()))
-                except (OSError, ValueError):
-                    self._pending.appendleft((ticket, request))
-                    continue
-                worker.ticket = ticket
-                worker.reward = request.reward
-                worker.deadline = time.monotonic() + self.timeout
+            if not (worker.ready and worker.ticket is None):
+                continue
+            with self._lock:
+                if not self._pending:
+                    return
+                ticket, request, timeout = self._pending.popleft()
+            try:
+                worker.conn.send((ticket, request.to_dict()))
+            except (OSError, ValueError):
+                with self._lock:
+                    self._pending.appendleft((ticket, request, timeout))
+                continue
+            worker.ticket = ticket
+            worker.reward = request.reward
+            worker.timeout = timeout
+            worker.deadline = time.monotonic() + timeout
 
     def _replace(self, worker: _Worker) -> None:
         self._kill(worker)
@@ -183,7 +244,11 @@ class RewardPool:
         self.restarts += 1
 
     def poll(self, timeout: float | None = None) -> list[tuple[int, RewardResult]]:
-        """Wait up to `timeout` seconds (None: until something finishes) and return finished results."""
+        """Wait up to `timeout` seconds and return finished results (possibly none).
+
+        timeout=None waits until something finishes, or returns at once when nothing is in flight;
+        with a timeout, an idle pool waits for `submit` + `wakeup` from another thread. A `wakeup`
+        makes it return early (after dispatching new requests), possibly with no results."""
         if not self._workers:
             self.start()
         done: list[tuple[int, RewardResult]] = []
@@ -192,16 +257,24 @@ class RewardPool:
             self._dispatch()
             now = time.monotonic()
             busy = [w for w in self._workers if w.ticket is not None]
-            if not busy and not self._pending:
+            if not busy and not self._pending and wait_until is None:
                 return done
             deadlines = [w.deadline for w in busy]
             if wait_until is not None:
                 deadlines.append(wait_until)
             wait_for = max(0.0, min(deadlines) - now) if deadlines else None
-            handles: list[Any] = []
+            handles: list[Any] = [self._wake_r]
             for worker in self._workers:
                 handles += [worker.conn, worker.process.sentinel]
             ready = set(multiprocessing.connection.wait(handles, wait_for))
+            woken = self._wake_r in ready
+            if woken:
+                self._wake_pending = False
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
             now = time.monotonic()
             for worker in list(self._workers):
                 if worker.conn in ready:
@@ -234,8 +307,11 @@ class RewardPool:
                     self._replace(worker)
                 elif worker.ticket is not None and now >= worker.deadline:
                     done.append((worker.ticket, RewardResult.failure(
-                        f"reward {worker.reward!r} timed out after {self.timeout:g}s")))
+                        f"reward {worker.reward!r} timed out after {worker.timeout:g}s")))
                     self._replace(worker)
+            if woken:
+                self._dispatch()
+                break
             if wait_until is not None and time.monotonic() >= wait_until:
                 break
         return done

@@ -1,11 +1,13 @@
 """`areal score`: score a JSONL file of responses with a registered reward.
 
 Rows are validated before any scoring starts (bad JSON, a missing `response` or a field the reward
-requires is an error naming the line), scoring runs in the reward pool with a hard per-item timeout,
-and the output file appears only when every row was scored (written to a temporary file, then renamed).
+requires is an error naming the line), scoring runs in the reward service (a local process pool, or
+Celery workers with `--backend celery`) with a hard per-item timeout, and the output file appears only
+when every row was scored (written to a temporary file, then renamed).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -15,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from areal_core.errors import InputError
 from areal_core.registry import reward_registry
-from areal_core.reward_pool import RewardPool
+from areal_core.reward_service import RewardService, RewardServiceConfig
 from areal_core.rewards import check_sample
 from areal_core.types import RewardRequest, RewardResult
 
@@ -62,20 +64,30 @@ def read_score_input(path: Path, reward: str) -> list[dict[str, Any]]:
     return rows
 
 
-def score_rows(rows: list[dict[str, Any]], reward: str, options: Mapping[str, Any], workers: int,
-               timeout: float, on_result: Callable[[int, RewardResult], None] | None = None) -> list[RewardResult]:
+def score_rows(rows: list[dict[str, Any]], reward: str, options: Mapping[str, Any], workers: int = 2,
+               timeout: float = 30.0, on_result: Callable[[int, RewardResult], None] | None = None, *,
+               service: RewardServiceConfig | None = None) -> list[RewardResult]:
+    """Score rows through the reward service; results in row order.
+
+    service: the reward service configuration (default: the local backend with `workers` processes
+    and `timeout`, which then override nothing else)."""
     requests = [
         RewardRequest(reward=reward, sample={k: v for k, v in row.items() if k != "response"},
                       response=row["response"], options=dict(options), request_id=str(i))
         for i, row in enumerate(rows)
     ]
-    results: list[RewardResult | None] = [None] * len(requests)
-    with RewardPool(workers=workers, timeout=timeout) as pool:
-        for index, result in pool.map(requests):
-            results[index] = result
-            if on_result:
-                on_result(index, result)
-    return results  # type: ignore[return-value]
+    config = service or RewardServiceConfig(backend="local", workers=workers, timeout=timeout)
+
+    async def run() -> list[RewardResult]:
+        results: list[RewardResult | None] = [None] * len(requests)
+        async with RewardService(config) as reward_service:
+            async for index, result in reward_service.stream(requests):
+                results[index] = result
+                if on_result:
+                    on_result(index, result)
+        return results  # type: ignore[return-value]
+
+    return asyncio.run(run())
 
 
 def write_scored(rows: list[dict[str, Any]], results: list[RewardResult], output: Path) -> None:
