@@ -68,8 +68,16 @@ def init_model(output_dir: str | Path, seed: int = 0, **overrides: Any) -> Path:
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         **settings,
     )
+    quiet_transformers()
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    # Matrices drawn with std 1/sqrt(fan_in) rather than HF's fixed 0.02: at this width 0.02 leaves attention
+    # nearly uniform, and the tiny model then sits for thousands of steps on a plateau before it learns
+    # digit sums (measured: never within 1,500 steps, against ~250 steps with this init).
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, param.shape[1] ** -0.5)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")],
                                                pad_token_id=tokenizer.pad_token_id)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -89,11 +97,20 @@ def check_model_dir(path: str | Path) -> Path:
     return path
 
 
+def quiet_transformers() -> None:
+    """No per-file progress bars from transformers (they flood logs on every weight publication)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     """Load a causal LM from a local directory (no hub access)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     path = check_model_dir(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
     return model.to(device).eval()

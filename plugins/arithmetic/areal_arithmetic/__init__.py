@@ -24,18 +24,20 @@ def _is_heldout(a: int, op: str, b: int, heldout_fraction: float) -> bool:
     return int.from_bytes(digest, "big") / 2**64 < heldout_fraction
 
 
-def format_answer(value: int, reverse: bool) -> str:
-    digits = str(abs(value))
+def format_answer(value: int, reverse: bool, width: int = 0) -> str:
+    digits = str(abs(value)).zfill(width)
     if reverse:
         digits = digits[::-1]
     return ("-" if value < 0 else "") + digits
 
 
 def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answer: bool = True,
-             split: str = "train", heldout_fraction: float = 0.05) -> Iterator[dict[str, Any]]:
+             split: str = "train", heldout_fraction: float = 0.05, fixed_width: bool = False) -> Iterator[dict[str, Any]]:
     """Yield `size` problems `a op b =` with a, b drawn uniformly from [0, 10**digits).
 
     split: "train" or "test"; test problems are the `heldout_fraction` of all pairs that train never uses.
+    fixed_width: write operands with leading zeros and the answer zero-padded to its largest width
+    (`007+085=` -> `2900` reversed), so every digit sits at a fixed position: much easier for a tiny model.
     Subtraction keeps a >= b so answers are non-negative.
     """
     if split not in ("train", "test"):
@@ -55,10 +57,12 @@ def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answ
         if _is_heldout(a, op, b, heldout_fraction) != (split == "test"):
             continue
         produced += 1
+        width = (2 * digits if op == "*" else digits + 1) if fixed_width else 0
+        shown = (str(a).zfill(digits), str(b).zfill(digits)) if fixed_width else (str(a), str(b))
         yield {
             "id": f"{a}{op}{b}",
-            "question": f"{a}{op}{b}=",
-            "reference": format_answer(_OPS[op](a, b), reverse_answer),
+            "question": f"{shown[0]}{op}{shown[1]}=",
+            "reference": format_answer(_OPS[op](a, b), reverse_answer, width),
         }
 
 
@@ -87,7 +91,8 @@ def _task(name: str, description: str, split: str, size: int, seed: int) -> dict
         "name": name,
         "description": description,
         "dataset": {"generator": "arithmetic", "seed": seed, "size": size,
-                    "options": {"digits": 3, "ops": "+", "reverse_answer": True, "split": split}},
+                    "options": {"digits": 3, "ops": "+", "reverse_answer": True, "fixed_width": True,
+                                "split": split}},
         "prompt": {"template": "{{ question }}"},
         "reward": {"name": "arithmetic"},
         "eval": {"n": 1, "k": [1], "temperature": 0.0, "max_new_tokens": 8},
@@ -96,5 +101,5 @@ def _task(name: str, description: str, split: str, size: int, seed: int) -> dict
 
 @hookimpl
 def register_tasks(register):
-    register(_task("arithmetic", "3-digit addition, answer digits reversed (training split)", "train", 20000, 0))
-    register(_task("arithmetic-test", "3-digit addition, answer digits reversed (held-out split)", "test", 500, 0))
+    register(_task("arithmetic", "3-digit addition, zero-padded, answer digits reversed (training split)", "train", 20000, 0))
+    register(_task("arithmetic-test", "3-digit addition, zero-padded, answer digits reversed (held-out split)", "test", 500, 0))

@@ -1,0 +1,1 @@
+"""Asynchronous decoupled-PPO training: algorithms, trainer, rollout controller, the training loop."""

@@ -1,0 +1,193 @@
+"""The rollout controller: streams prompts to the generation engine, scores the responses on the reward
+service and fills the replay buffer the trainer consumes.
+
+    task samples ──► [staleness gate] ──► engine.generate ×n ──► reward service ──► replay buffer ──► trainer
+                          ▲                      ▲                                                    │
+                          └──── policy version ──┴────────── pause / update weights / continue ◄──────┘
+
+Prompts are admitted one at a time under the staleness rule (`algorithms.may_submit`): with policy
+version i, batch size B and bound eta, prompt N may start only while floor((N-1)/B) <= i + eta. Each
+prompt is sampled n times (a group); a finished group enters the buffer. Responses whose reward errored
+(verifier crash or timeout) are dropped from their group and counted; the rest of the group stays.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from areal_core.engine.protocol import GenerateOutput, GenerateRequest, InferenceEngine, SamplingParams
+from areal_core.rl.algorithms import may_submit
+from areal_core.tasks import Task
+from areal_core.types import RewardRequest, RewardResult, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutConfig:
+    batch_size: int = 32            # prompts per training step (B)
+    group_size: int = 8             # responses per prompt (n)
+    max_staleness: int = 4          # eta; 0 with weight_update=wait is the synchronous baseline
+    weight_update: str = "interrupt"  # interrupt: pause, load, continue; wait: let in-flight requests finish first
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    max_concurrent_prompts: int = 256
+    seed: int = 0
+
+
+@dataclass
+class Group:
+    group_id: str
+    sample_id: str
+    trajectories: list[Trajectory]
+    dropped: int = 0
+    submitted_at_version: int = 0
+
+
+def encode_prompt(task: Task, sample: dict[str, Any], tokenizer: Any) -> list[int]:
+    """Render the task prompt and tokenize it (chat messages through the tokenizer's chat template)."""
+    prompt = task.render_prompt(sample)
+    if isinstance(prompt, str):
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+class RolloutController:
+    def __init__(self, task: Task, engine: InferenceEngine, reward_service: Any, tokenizer: Any,
+                 config: RolloutConfig, on_trajectory: Callable[[Trajectory], None] | None = None,
+                 start_prompt: int = 0) -> None:
+        self.task = task
+        self.engine = engine
+        self.rewards = reward_service
+        self.tokenizer = tokenizer
+        self.config = config
+        self.on_trajectory = on_trajectory
+        self.version = 0
+        self.submitted = start_prompt
+        self.buffer: asyncio.Queue[Group] = asyncio.Queue()
+        self.in_flight: set[asyncio.Task] = set()
+        self.dropped = Counter()
+        self._version_changed = asyncio.Condition()
+        self._hold = asyncio.Event()
+        self._hold.set()  # set = admission open
+        self._runner: asyncio.Task | None = None
+        self._samples = task.samples()
+
+    # -- policy version / weight updates -------------------------------------------------------
+    async def set_version(self, version: int) -> None:
+        async with self._version_changed:
+            self.version = version
+            self._version_changed.notify_all()
+
+    async def update_weights(self, path: str, version: int) -> float:
+        """Load new weights into the engine and move to `version`; returns seconds generation was held."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.config.weight_update == "interrupt":
+            await self.engine.pause("retract")
+            try:
+                await self.engine.update_weights(path, version)
+            finally:
+                await self.engine.resume()
+        else:
+            self._hold.clear()
+            try:
+                while self.in_flight:
+                    await asyncio.wait(set(self.in_flight))
+                await self.engine.update_weights(path, version)
+            finally:
+                self._hold.set()
+        await self.set_version(version)
+        return loop.time() - started
+
+    # -- running -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._runner = asyncio.create_task(self._run(), name="rollout-controller")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+        for task in list(self.in_flight):
+            task.cancel()
+        await asyncio.gather(*([self._runner] if self._runner else []), *self.in_flight, return_exceptions=True)
+
+    def _sample_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self._samples)))
+        random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
+        return order
+
+    def sample_for(self, prompt_number: int) -> dict[str, Any]:
+        """The sample of the n-th prompt (0-based): a fixed shuffled order, epoch after epoch."""
+        epoch, position = divmod(prompt_number, len(self._samples))
+        return self._samples[self._sample_order(epoch)[position]]
+
+    async def _run(self) -> None:
+        slots = asyncio.Semaphore(self.config.max_concurrent_prompts)
+        while True:
+            async with self._version_changed:
+                await self._version_changed.wait_for(
+                    lambda: may_submit(self.submitted, self.config.batch_size, self.version, self.config.max_staleness))
+            await self._hold.wait()
+            await slots.acquire()
+            number = self.submitted
+            self.submitted += 1
+            task = asyncio.create_task(self._rollout_group(number, self.version))
+            self.in_flight.add(task)
+
+            def done(t: asyncio.Task, number: int = number) -> None:
+                self.in_flight.discard(t)
+                slots.release()
+                if not t.cancelled() and t.exception() is not None:
+                    log.error("rollout of prompt %d failed: %r", number, t.exception())
+
+            task.add_done_callback(done)
+
+    async def _rollout_group(self, number: int, version: int) -> None:
+        sample = self.sample_for(number)
+        prompt = encode_prompt(self.task, sample, self.tokenizer)
+        group_id = f"p{number}"
+        outputs = await asyncio.gather(*(self._generate(prompt, number, i) for i in range(self.config.group_size)))
+        responses = [self.tokenizer.decode(o.output_ids, skip_special_tokens=True) for o in outputs]
+        reward = self.task.spec.reward
+        futures = [await self.rewards.submit(RewardRequest(reward=reward.name, sample=sample, response=text,
+                                                           options=dict(reward.options), request_id=f"{group_id}.{i}"))
+                   for i, text in enumerate(responses)]
+        results: list[RewardResult] = list(await asyncio.gather(*futures))
+        trajectories, dropped = [], 0
+        for i, (output, text, result) in enumerate(zip(outputs, responses, results)):
+            if result.error is not None or output.finish_reason == "abort":
+                dropped += 1
+                self.dropped[result.error or "aborted"] += 1
+                continue
+            trajectory = Trajectory(
+                trajectory_id=f"{group_id}.{i}", task=self.task.name, sample_id=str(sample["id"]), group_id=group_id,
+                prompt_token_ids=prompt, output_token_ids=output.output_ids, output_logprobs=output.output_logprobs,
+                output_versions=output.output_versions, response=text, finish_reason=output.finish_reason,
+                reward=result)
+            trajectories.append(trajectory)
+            if self.on_trajectory:
+                self.on_trajectory(trajectory)
+        await self.buffer.put(Group(group_id, str(sample["id"]), trajectories, dropped, version))
+
+    async def _generate(self, prompt: list[int], number: int, index: int) -> GenerateOutput:
+        params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
+                                top_p=self.config.top_p, seed=self.config.seed * 1_000_003 + number * 1009 + index)
+        return await self.engine.generate(GenerateRequest(prompt, params, rid=f"p{number}.{index}"))
+
+    async def next_batch(self) -> list[Group]:
+        """The next B finished groups (in completion order)."""
+        return [await self.buffer.get() for _ in range(self.config.batch_size)]
+
+
+def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dict[int, int]:
+    """How many versions behind the trainer each trajectory's oldest token is."""
+    counts = Counter(version - min(t.output_versions) if t.output_versions else 0 for t in trajectories)
+    return dict(sorted(counts.items()))

@@ -1,0 +1,74 @@
+"""Supervised warm-up: a few steps of next-token training on (prompt -> reference) before RL.
+
+RL needs a policy that is sometimes right (a group whose responses all fail teaches nothing). For the
+tiny embedded model the warm-up brings held-out accuracy from ~0 to a modest level; RL does the rest.
+The result is cached by content (model + settings), so a second `areal train` reuses it.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from areal_core.rl.rollout import encode_prompt
+from areal_core.tasks import Task
+
+
+@dataclass
+class WarmupConfig:
+    enabled: bool = True
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-3
+    lr_warmup_steps: int = 50
+    target_field: str = "reference"   # the sample field that is the ideal response
+    seed: int = 0
+
+
+def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, output_dir: str | Path,
+                      device: str = "cpu", progress: Any = None) -> Path:
+    """Train on prompt + target + EOS (loss on the target and EOS only); save to `output_dir`."""
+    from areal_core.engine.model import load_model, load_tokenizer
+
+    model = load_model(model_path, device=device).train()
+    tokenizer = load_tokenizer(model_path)
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    samples = task.samples()
+    rng = random.Random(config.seed)
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / max(1, config.lr_warmup_steps)))
+    for step in range(config.steps):
+        batch = [samples[rng.randrange(len(samples))] for _ in range(config.batch_size)]
+        seqs, starts = [], []
+        for sample in batch:
+            prompt = encode_prompt(task, sample, tokenizer)
+            target = tokenizer(str(sample[config.target_field]), add_special_tokens=False)["input_ids"] + [eos]
+            seqs.append(prompt + target)
+            starts.append(len(prompt))
+        width = max(map(len, seqs))
+        tokens = torch.full((len(seqs), width), pad, dtype=torch.long)
+        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, (seq, start) in enumerate(zip(seqs, starts)):
+            tokens[row, : len(seq)] = torch.tensor(seq)
+            labels[row, start: len(seq)] = torch.tensor(seq[start:])
+            attention[row, : len(seq)] = 1
+        loss = model(input_ids=tokens.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if progress is not None:
+            progress(step + 1, loss.item())
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir, safe_serialization=True)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
