@@ -163,8 +163,9 @@ def test_generated_arithmetic_task_is_deterministic_and_heldout_is_disjoint():
     assert len(train) == 20000 and len(test) == 500
     assert train[:5] == Task(registry.get("arithmetic")).samples()[:5]
     assert not {s["id"] for s in train} & {s["id"] for s in test}
-    a, b = map(int, test[0]["question"].rstrip("=").split("+"))
-    assert test[0]["reference"] == str(a + b)[::-1]
+    a, b = test[0]["question"].rstrip("=").split("+")
+    assert len(a) == len(b) == 3  # zero-padded operands
+    assert test[0]["reference"] == str(int(a) + int(b)).zfill(4)[::-1]
 
 
 def test_tasks_cli_lists_tasks_and_shows_first_prompt(areal, tmp_path, data_dir):
