@@ -69,6 +69,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
     from areal_core.registry import reward_registry
     from areal_core.rewards import call_reward
 
+    # Load the plugins before reporting ready, so their import time never counts against a request's timeout.
+    # A registry that cannot be built (e.g. duplicate names) is reported per request below.
+    try:
+        reward_registry()
+    except _ArealError:
+        pass
     conn.send(("ready", None))
     while True:
         try:

@@ -1,0 +1,87 @@
+"""Answer extraction: which cue wins, what is reported, and what is never taken for an answer."""
+from __future__ import annotations
+
+import pytest
+
+from areal_math import extract_answer, verify
+
+
+@pytest.mark.parametrize("response, answer, source", [
+    ("so $x = \\boxed{\\frac{a}{b^{2}}}$ and we are done", "\\frac{a}{b^{2}}", "boxed"),
+    ("\\boxed{1} then \\boxed{2}", "2", "boxed"),
+    ("\\boxed{1} or \\boxed{2}", "1, 2", "boxed"),
+    ("$\\boxed{3}$, $\\boxed{3}$", "3", "boxed"),
+    ("\\fbox{7}", "7", "boxed"),
+    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}", "boxed"),
+    ("The final answer is $\\frac{1}{2}$. I hope it is correct.", "\\frac{1}{2}", "final_answer"),
+    ("Final Answer:\n\n$42$", "42", "final_answer"),
+    ("Thus, the answer is 3.5 meters.", "3.5 meters", "answer_is"),
+    ("The answer is 5, because 2 + 3 = 5.", "5", "answer_is"),
+    ("Answer: (B)", "(B)", "answer_is"),
+    ("Janet makes 18 dollars.\n#### 18", "18", "gsm8k"),
+    ("We find that the value is **12**.", "12", "bold"),
+    ("Adding up, 3 + 4 = 7", "7", "trailing"),
+    ("$$\\frac{\\pi}{4}$$", "\\frac{\\pi}{4}", "trailing"),
+    ("x^2 + 1", "x^2 + 1", "trailing"),
+])
+def test_answer_cue_and_extracted_text(response: str, answer: str, source: str) -> None:
+    found = extract_answer(response)
+    assert (found.answer, found.source) == (answer, source)
+
+
+@pytest.mark.parametrize("response", [
+    "",
+    "I do not know how to solve this problem.",
+    "The answer is",
+    "We get \\boxed{12",  # cut off before the box closed
+    "<think>hmm, 12?</think>\nI am not sure.",
+])
+def test_no_answer_is_found_where_there_is_none(response: str) -> None:
+    assert extract_answer(response).answer is None
+    result = verify("12", response)
+    assert result.correct is False and result.error is None
+    assert result.details["extracted"] is None and result.details["reason"] == "no answer found"
+
+
+def test_an_empty_box_is_an_empty_answer_and_scores_zero() -> None:
+    assert extract_answer("\\boxed{}").answer == ""
+    result = verify("0", "\\boxed{}")
+    assert result.correct is False and result.details["method"] == "empty answer"
+
+
+def test_thinking_is_ignored_when_a_final_answer_follows_it() -> None:
+    response = "<think>First guess \\boxed{10}. No wait.</think>The final answer is \\boxed{12}."
+    assert extract_answer(response).answer == "12"
+    assert verify("10", response).correct is False
+    assert verify("12", response).correct is True
+
+
+def test_thinking_is_searched_when_nothing_follows_it() -> None:
+    assert extract_answer("<think>so it is \\boxed{12}</think>").answer == "12"
+
+
+def test_the_extracted_answer_and_its_cue_are_reported_in_details() -> None:
+    result = verify("\\frac{1}{2}", "Therefore the answer is $\\boxed{0.5}$.")
+    assert result.details["extracted"] == "0.5"
+    assert result.details["extracted_by"] == "boxed"
+    assert result.details["reference"] == "\\frac{1}{2}"
+    assert result.details["method"] == "exact"
+
+
+def test_extract_option_chooses_the_cues() -> None:
+    assert verify("7", "The answer is 7.", extract="boxed").correct is False
+    assert verify("7", "The answer is 7.", extract="auto").correct is True
+    assert verify("7", " 7 ", extract="none").correct is True
+    assert verify("7", "The answer is 7.", extract="none").correct is False
+
+
+def test_strict_option_turns_off_decimal_tolerance_and_conversions() -> None:
+    assert verify("\\frac{1}{3}", "\\boxed{0.3333}").correct is True
+    assert verify("\\frac{1}{3}", "\\boxed{0.3333}", strict=True).correct is False
+    assert verify("25\\%", "\\boxed{0.25}", strict=True).correct is False
+    assert verify("\\frac{1}{2}", "\\boxed{0.5}", strict=True).correct is True  # exact decimals stay exact
+
+
+def test_rel_tol_option_sets_the_decimal_tolerance() -> None:
+    assert verify("\\pi", "\\boxed{3.14}").correct is False
+    assert verify("\\pi", "\\boxed{3.14}", rel_tol=1e-3).correct is True
