@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class _Running:
     request: GenerateRequest
     on_done: Callable[[GenerateOutput], None]
-    generator: torch.Generator
+    seed: int
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -212,9 +212,8 @@ class LocalEngine:
         if name == "generate":
             request, on_done = arg
             params = request.sampling_params
-            generator = torch.Generator(device="cpu")
-            generator.manual_seed(params.seed if params.seed is not None else next(self._seeds))
-            self._waiting.append(_Running(request=request, on_done=on_done, generator=generator))
+            seed = params.seed if params.seed is not None else next(self._seeds)
+            self._waiting.append(_Running(request=request, on_done=on_done, seed=int(seed)))
         elif name == "abort":
             for req in [r for r in list(self._running) + list(self._waiting) if r.request.rid == arg]:
                 self._finish(req, "abort", message="aborted by client")
@@ -341,7 +340,8 @@ class LocalEngine:
         ).cpu()
         for req, new in zip(batch, news):
             req.cached += len(new)
-        token_ids, logprobs = sample(logits, [r.request.sampling_params for r in batch], [r.generator for r in batch])
+        token_ids, logprobs = sample(logits, [r.request.sampling_params for r in batch], [r.seed for r in batch],
+                                     [len(r.output_ids) for r in batch])
         for req, token, logprob in zip(batch, token_ids, logprobs):
             req.output_ids.append(token)
             req.logprobs.append(logprob)
@@ -363,29 +363,54 @@ class LocalEngine:
         return None
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> tuple[list[int], list[float]]:
-    """Draw one token per row; return (tokens, log-probs).
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
 
-    log-prob = log softmax(logits / T)[token] (T = 1 for greedy), before top-k / top-p truncation:
-    the behaviour policy the trainer recomputes (see engine/protocol.py).
+
+_GOLDEN, _MIX1, _MIX2 = _signed(0x9E3779B97F4A7C15), _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_uniforms(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """U(0, 1) noise [B, vocab] that depends only on (seed, token position, token id): splitmix64 over a
+    counter. A request's draws are therefore the same whatever it is batched with, and a request that
+    is interrupted and resumed draws exactly what it would have drawn without the interruption."""
+    ids = torch.arange(vocab, dtype=torch.int64)
+    x = seeds[:, None] * _GOLDEN + positions[:, None] * _MIX2 + (ids[None, :] + 1) * _MIX1
+    x = (x ^ _shift_right(x, 30)) * _MIX1
+    x = (x ^ _shift_right(x, 27)) * _MIX2
+    x = x ^ _shift_right(x, 31)
+    return (_shift_right(x, 11).double() + 0.5) / float(1 << 53)
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int],
+           positions: list[int]) -> tuple[list[int], list[float]]:
+    """Draw one token per row; return (tokens, log-probs). Vectorised over the batch.
+
+    Sampling: the Gumbel-max trick (argmax of log p + Gumbel noise) over the tokens that survive top-k and
+    top-p, which draws exactly from the truncated, renormalised distribution. Greedy rows (T = 0) take
+    the argmax. The returned log-prob = log softmax(logits / T)[token] (T = 1 for greedy), before
+    truncation: the behaviour policy the trainer recomputes (see engine/protocol.py).
     """
-    temperatures = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params]).unsqueeze(1)
-    logprobs = torch.log_softmax(logits / temperatures, dim=-1)
-    tokens: list[int] = []
-    for row, p in enumerate(params):
-        if p.temperature == 0:
-            tokens.append(int(torch.argmax(logits[row])))
-            continue
-        probs = logprobs[row].exp()
-        if p.top_k > 0 and p.top_k < probs.numel():
-            kth = torch.topk(probs, p.top_k).values[-1]
-            probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
-        if p.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(sorted_probs, 0) - sorted_probs < p.top_p * sorted_probs.sum()
-            mask = torch.zeros_like(probs, dtype=torch.bool)
-            mask[order[keep]] = True
-            probs = torch.where(mask, probs, torch.zeros_like(probs))
-        tokens.append(int(torch.multinomial(probs, 1, generator=generators[row])))
-    picked = logprobs[torch.arange(len(params)), torch.tensor(tokens)]
-    return tokens, picked.tolist()
+    rows, vocab = logits.shape
+    temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+    logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)
+    greedy = torch.tensor([p.temperature == 0 for p in params])
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
+    top_p = torch.tensor([p.top_p for p in params], dtype=logits.dtype)
+    sorted_lp, order = torch.sort(logprobs, dim=-1, descending=True)
+    sorted_p = sorted_lp.exp()
+    rank = torch.arange(vocab)[None, :]
+    keep_sorted = (rank < top_k[:, None]) & ((torch.cumsum(sorted_p, -1) - sorted_p) < top_p[:, None])
+    keep_sorted[:, 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter_(1, order, keep_sorted)
+    noise = counter_uniforms(torch.tensor(seeds, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64), vocab)
+    gumbel = -torch.log(-torch.log(noise)).to(logits.dtype)
+    scores = torch.where(keep, logprobs + gumbel, torch.full_like(logprobs, float("-inf")))
+    chosen = torch.where(greedy, logits.argmax(-1), scores.argmax(-1))
+    picked = logprobs.gather(1, chosen[:, None])[:, 0]
+    return chosen.tolist(), picked.tolist()

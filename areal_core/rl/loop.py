@@ -69,13 +69,14 @@ class TrainConfig:
     steps: int = 120
     seed: int = 0
     data_dir: str | None = None
+    reward_options: dict[str, Any] = field(default_factory=dict)  # merged over the task's reward options
     tensorboard: bool = True
     model: ModelConfig = field(default_factory=ModelConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    reward: RewardServiceConfig = field(default_factory=RewardServiceConfig)
+    reward: RewardServiceConfig = field(default_factory=lambda: RewardServiceConfig(workers=1))
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self) -> None:
@@ -268,7 +269,9 @@ async def run_training(config: TrainConfig, echo=print) -> dict[str, Any]:
             await asyncio.to_thread(supervised_warmup, model_dir, task, config.warmup, tmp, config.trainer.device)
             shutil.rmtree(warm_dir, ignore_errors=True)
             os.replace(tmp, warm_dir)
-            echo(f"warm-up: {config.warmup.steps} supervised steps in {time.perf_counter() - t0:.1f}s -> {warm_dir}")
+            done = json.loads((warm_dir / "warmup.json").read_text())
+            echo(f"warm-up: {done['steps']} supervised steps in {time.perf_counter() - t0:.1f}s "
+                 f"(training-batch exact match {done['final_batch_accuracy']:.0%}) -> {warm_dir}")
         model_dir = warm_dir
 
     trainer = LocalTrainer(model_dir, config.trainer, total_steps=config.steps)
@@ -304,7 +307,8 @@ async def run_training(config: TrainConfig, echo=print) -> dict[str, Any]:
         def on_trajectory(trajectory):
             hooks.notify("on_trajectory", trajectory=trajectory, run_dir=str(run_dir))
 
-        controller = RolloutController(task, engine, rewards, tokenizer, rollout, on_trajectory=on_trajectory)
+        controller = RolloutController(task, engine, rewards, tokenizer, rollout, on_trajectory=on_trajectory,
+                                       reward_options=config.reward_options)
         controller.start()
         rl_started = time.perf_counter()
         trajectories_total = 0

@@ -63,13 +63,14 @@ def encode_prompt(task: Task, sample: dict[str, Any], tokenizer: Any) -> list[in
 class RolloutController:
     def __init__(self, task: Task, engine: InferenceEngine, reward_service: Any, tokenizer: Any,
                  config: RolloutConfig, on_trajectory: Callable[[Trajectory], None] | None = None,
-                 start_prompt: int = 0) -> None:
+                 start_prompt: int = 0, reward_options: dict[str, Any] | None = None) -> None:
         self.task = task
         self.engine = engine
         self.rewards = reward_service
         self.tokenizer = tokenizer
         self.config = config
         self.on_trajectory = on_trajectory
+        self.reward_options = {**task.spec.reward.options, **(reward_options or {})}
         self.version = 0
         self.submitted = start_prompt
         self.buffer: asyncio.Queue[Group] = asyncio.Queue()
@@ -80,6 +81,8 @@ class RolloutController:
         self._hold.set()  # set = admission open
         self._runner: asyncio.Task | None = None
         self._samples = task.samples()
+        self._order: list[int] = []
+        self._order_epoch = -1
 
     # -- policy version / weight updates -------------------------------------------------------
     async def set_version(self, version: int) -> None:
@@ -120,9 +123,11 @@ class RolloutController:
         await asyncio.gather(*([self._runner] if self._runner else []), *self.in_flight, return_exceptions=True)
 
     def _sample_order(self, epoch: int) -> list[int]:
-        order = list(range(len(self._samples)))
-        random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
-        return order
+        if self._order_epoch != epoch:
+            order = list(range(len(self._samples)))
+            random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
+            self._order, self._order_epoch = order, epoch
+        return self._order
 
     def sample_for(self, prompt_number: int) -> dict[str, Any]:
         """The sample of the n-th prompt (0-based): a fixed shuffled order, epoch after epoch."""
@@ -158,7 +163,7 @@ class RolloutController:
         responses = [self.tokenizer.decode(o.output_ids, skip_special_tokens=True) for o in outputs]
         reward = self.task.spec.reward
         futures = [await self.rewards.submit(RewardRequest(reward=reward.name, sample=sample, response=text,
-                                                           options=dict(reward.options), request_id=f"{group_id}.{i}"))
+                                                           options=dict(self.reward_options), request_id=f"{group_id}.{i}"))
                    for i, text in enumerate(responses)]
         results: list[RewardResult] = list(await asyncio.gather(*futures))
         trajectories, dropped = [], 0

@@ -45,6 +45,7 @@ class TrainerConfig:
     behav_cap_mode: Literal["mask", "cap"] = "mask"
     aggregation: Literal["token", "sequence"] = "token"
     kl_coef: float = 0.0                # KL(pi_theta || pi_ref) penalty (k3 estimator); 0: no reference model
+    ppo_minibatches: int = 4            # optimizer steps per batch (each on a random share of the batch)
     microbatching: Literal["packed", "fixed"] = "packed"
     micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
     micro_batch_size: int = 16          # fixed: sequences per micro-batch
@@ -139,12 +140,21 @@ class LocalTrainer:
             self.optimizer, lambda step: lr_factor(step, config, total_steps))
         self.version = version
 
-    def microbatches(self, trajectories: Sequence[Trajectory]) -> list[list[int]]:
+    def plan(self, trajectories: Sequence[Trajectory]) -> list[list[list[int]]]:
+        """Minibatches (one optimizer step each; a random split of the batch) of micro-batches (one
+        forward/backward each: packed under the token budget, or a fixed number of sequences)."""
         lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
-        if self.config.microbatching == "packed":
-            return pack_microbatches(lengths, self.config.micro_batch_tokens)
-        size = self.config.micro_batch_size
-        return [list(range(i, min(i + size, len(lengths)))) for i in range(0, len(lengths), size)]
+        order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(self.version)).tolist()
+        n_mini = max(1, min(self.config.ppo_minibatches, len(trajectories)))
+        plan = []
+        for members in (order[k::n_mini] for k in range(n_mini)):
+            if self.config.microbatching == "packed":
+                micro = pack_microbatches([lengths[i] for i in members], self.config.micro_batch_tokens)
+                plan.append([[members[j] for j in mb] for mb in micro])
+            else:
+                size = self.config.micro_batch_size
+                plan.append([members[i: i + size] for i in range(0, len(members), size)])
+        return plan
 
     def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
         if not trajectories:
@@ -153,9 +163,14 @@ class LocalTrainer:
         config = self.config
         rewards = torch.tensor([t.reward.score for t in trajectories])
         advantages = group_advantages(rewards, [t.group_id for t in trajectories], config.advantage)
-        groups = self.microbatches(trajectories)
+        plan = self.plan(trajectories)
+        groups = [mb for mini in plan for mb in mini]
         lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
         batches = [build_microbatch(trajectories, g, advantages, self.pad_id, self.device) for g in groups]
+        minibatches, position = [], 0
+        for mini in plan:
+            minibatches.append(list(range(position, position + len(mini))))
+            position += len(mini)
         total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
 
         # pi_prox: the trainer's current weights, before this step's update.
@@ -169,37 +184,44 @@ class LocalTrainer:
                     ref.append(sequence_logprobs(self.reference, mb.tokens, mb.attention, temperature)[0])
             self.model.train()
 
-        self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"clip_fraction": 0.0, "behav_weight_mean": 0.0, "behav_capped_fraction": 0.0,
                                   "approx_kl": 0.0, "entropy": 0.0, "kl_ref": 0.0}
-        loss_total = 0.0
-        for i, mb in enumerate(batches):
-            logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)
-            normaliser = total_tokens if config.aggregation == "token" else None
-            loss, stats = decoupled_ppo_loss(
-                logprobs, prox[i], mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
-                eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
-                behav_cap_mode=config.behav_cap_mode, aggregation=config.aggregation, normaliser=normaliser)
-            if config.aggregation == "sequence":
-                loss = loss * len(mb.indices) / len(trajectories)
-            if self.reference is not None:
-                # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
-                delta = ref[i] - logprobs
-                kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / total_tokens
-                loss = loss + config.kl_coef * kl
-                sums["kl_ref"] += float(kl)
-            loss.backward()
-            loss_total += float(loss)
-            weight = stats.tokens / max(total_tokens, 1.0)
-            for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
-                sums[key] += getattr(stats, key) * weight
-            sums["behav_capped_fraction"] += stats.behav_capped_fraction * len(mb.indices) / len(trajectories)
-            sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
+        loss_total, grad_norms, lr = 0.0, [], self.optimizer.param_groups[0]["lr"]
+        # One optimizer step per minibatch. pi_prox stays the policy at the start of the step, so later
+        # minibatches see ratios != 1 and the clipping applies.
+        n_mini = len(minibatches)
+        for members in minibatches:
+            mini_tokens = float(sum(batches[i].response.sum() for i in members))
+            mini_sequences = sum(len(batches[i].indices) for i in members)
+            self.optimizer.zero_grad(set_to_none=True)
+            for i in members:
+                mb = batches[i]
+                logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)
+                normaliser = mini_tokens if config.aggregation == "token" else None
+                loss, stats = decoupled_ppo_loss(
+                    logprobs, prox[i], mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
+                    eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
+                    behav_cap_mode=config.behav_cap_mode, aggregation=config.aggregation, normaliser=normaliser)
+                if config.aggregation == "sequence":
+                    loss = loss * len(mb.indices) / mini_sequences
+                if self.reference is not None:
+                    # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
+                    delta = ref[i] - logprobs
+                    kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / mini_tokens
+                    loss = loss + config.kl_coef * kl
+                    sums["kl_ref"] += kl.item() / n_mini
+                loss.backward()
+                loss_total += loss.item() / n_mini
+                weight = stats.tokens / max(total_tokens, 1.0)
+                for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
+                    sums[key] += getattr(stats, key) * weight
+                sums["behav_capped_fraction"] += stats.behav_capped_fraction * len(mb.indices) / len(trajectories)
+                sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)))
+            self.optimizer.step()
         self.scheduler.step()
         self.version += 1
+        grad_norm = sum(grad_norms) / len(grad_norms)
         group_rewards: dict[str, list[float]] = {}
         for t in trajectories:
             group_rewards.setdefault(t.group_id, []).append(t.reward.score)
@@ -208,17 +230,24 @@ class LocalTrainer:
             "loss": loss_total, "grad_norm": float(grad_norm), "lr": lr, **sums,
             "reward_mean": float(rewards.mean()), "mixed_group_fraction": sum(mixed) / len(mixed),
             "sequences": len(trajectories), "response_tokens": total_tokens,
-            "microbatches": len(batches), "padding_fraction": padding_fraction(lengths, groups),
+            "microbatches": len(batches), "minibatches": n_mini, "padding_fraction": padding_fraction(lengths, groups),
             "train_seconds": time.perf_counter() - started,
         }
 
     def publish(self, directory: str | Path) -> Path:
-        """Save weights with save_pretrained into `directory`, atomically (temp dir + rename)."""
+        """Write the weights as safetensors (plus config and tokenizer) into `directory`, atomically
+        (temp dir + rename), in the layout `save_pretrained` uses, so any server can load them."""
+        from safetensors.torch import save_file
+
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
         try:
-            self.model.save_pretrained(tmp, safe_serialization=True)
+            state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)  # the same tensor as the embedding; stored once
+            save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            self.model.config.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
             if directory.exists():
                 shutil.rmtree(directory)

@@ -6,6 +6,7 @@ The result is cached by content (model + settings), so a second `areal train` re
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +21,22 @@ from areal_core.tasks import Task
 @dataclass
 class WarmupConfig:
     enabled: bool = True
-    steps: int = 300
+    steps: int = 2000                 # at most this many steps
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-3
     lr_warmup_steps: int = 50
+    stop_at_accuracy: float | None = 0.2  # stop once this share of recent training batches is answered exactly
     target_field: str = "reference"   # the sample field that is the ideal response
     seed: int = 0
 
 
 def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, output_dir: str | Path,
                       device: str = "cpu", progress: Any = None) -> Path:
-    """Train on prompt + target + EOS (loss on the target and EOS only); save to `output_dir`."""
+    """Train on prompt + target + EOS (loss on the target and EOS only); save to `output_dir`.
+
+    Stops early when the exact-match accuracy of the teacher-forced training batches (every target token
+    the argmax: what greedy decoding would produce), averaged over the last 10 steps, reaches
+    `stop_at_accuracy`, so RL starts from a policy that is sometimes, not always, right."""
     from areal_core.engine.model import load_model, load_tokenizer
 
     model = load_model(model_path, device=device).train()
@@ -43,6 +49,8 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / max(1, config.lr_warmup_steps)))
+    recent: list[float] = []
+    steps_done = 0
     for step in range(config.steps):
         batch = [samples[rng.randrange(len(samples))] for _ in range(config.batch_size)]
         seqs, starts = [], []
@@ -59,16 +67,27 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
             tokens[row, : len(seq)] = torch.tensor(seq)
             labels[row, start: len(seq)] = torch.tensor(seq[start:])
             attention[row, : len(seq)] = 1
-        loss = model(input_ids=tokens.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
+        out = model(input_ids=tokens.to(device), attention_mask=attention.to(device), labels=labels.to(device))
+        loss = out.loss
+        with torch.no_grad():
+            predicted = out.logits[:, :-1].argmax(-1)
+            target, scored = labels[:, 1:].to(device), labels[:, 1:].to(device) != -100
+            exact = ((predicted == target) | ~scored).all(dim=1).float().mean().item()
+        recent.append(exact)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
+        steps_done = step + 1
         if progress is not None:
             progress(step + 1, loss.item())
+        window = recent[-10:]
+        if config.stop_at_accuracy is not None and len(window) == 10 and sum(window) / 10 >= config.stop_at_accuracy:
+            break
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     tokenizer.save_pretrained(output_dir)
+    (output_dir / "warmup.json").write_text(json.dumps({"steps": steps_done, "final_batch_accuracy": sum(recent[-10:]) / max(1, len(recent[-10:]))}))
     return output_dir

@@ -178,3 +178,38 @@ def test_update_weights_rejects_a_checkpoint_of_another_shape(tiny_model, tmp_pa
             return out
 
     assert len(asyncio.run(run()).output_ids) == 2
+
+
+def test_interruption_without_new_weights_changes_nothing(tiny_model):
+    """Sampling noise depends only on (seed, position): a retracted and resumed request draws exactly
+    the tokens it would have drawn without the interruption."""
+    params = SamplingParams(max_new_tokens=60, temperature=1.0, top_p=0.9, ignore_eos=True, seed=21)
+
+    async def run():
+        async with LocalEngine(tiny_model, torch_threads=1) as engine:
+            plain = await engine.generate(GenerateRequest([6, 7, 85], params))
+            task = asyncio.create_task(engine.generate(GenerateRequest([6, 7, 85], params)))
+            while not engine._running or len(engine._running[0].output_ids) < 10:
+                await asyncio.sleep(0.002)
+            await engine.pause("retract")
+            await engine.resume()
+            return plain, await task
+
+    plain, interrupted = asyncio.run(run())
+    assert interrupted.num_interruptions == 1
+    assert interrupted.output_ids == plain.output_ids
+    assert torch.allclose(torch.tensor(interrupted.output_logprobs), torch.tensor(plain.output_logprobs), atol=1e-5)
+
+
+def test_sampling_follows_the_truncated_distribution():
+    from areal_core.engine.local import sample
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 6).expand(20000, 6).contiguous()
+    probs = torch.softmax(logits[0], -1)
+    n = logits.shape[0]
+    tokens, _ = sample(logits, [SamplingParams(temperature=1.0)] * n, list(range(n)), [0] * n)
+    empirical = torch.bincount(torch.tensor(tokens), minlength=6).float() / n
+    assert (empirical - probs).abs().max() < 0.02           # ~5 standard errors at n = 20000
+    top2, _ = sample(logits, [SamplingParams(top_k=2)] * n, list(range(n)), [0] * n)
+    assert set(top2) == set(probs.topk(2).indices.tolist())

@@ -66,13 +66,20 @@ def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answ
         }
 
 
-def exact_match(sample: dict[str, Any], response: str, *, strip: bool = True) -> RewardResult:
-    """1.0 when the response equals the reference (surrounding whitespace ignored unless strip=False)."""
+def exact_match(sample: dict[str, Any], response: str, *, strip: bool = True,
+                partial_credit: bool = False) -> RewardResult:
+    """1.0 when the response equals the reference (surrounding whitespace ignored unless strip=False).
+
+    partial_credit: a wrong answer of the right length scores the share of its characters that are
+    right (a denser training signal); `correct` stays exact match either way.
+    """
     reference = str(sample["reference"])
     answer = response.strip() if strip else response
     correct = answer == reference
-    return RewardResult(score=1.0 if correct else 0.0, correct=correct,
-                        details={"extracted": answer[:200], "reference": reference})
+    score = 1.0 if correct else 0.0
+    if partial_credit and not correct and len(answer) == len(reference) and reference:
+        score = sum(a == b for a, b in zip(answer, reference)) / len(reference)
+    return RewardResult(score=score, correct=correct, details={"extracted": answer[:200], "reference": reference})
 
 
 @hookimpl

@@ -1,0 +1,78 @@
+"""The rollout controller with a real engine and a real reward service."""
+import asyncio
+
+import pytest
+
+from areal_core.engine.local import LocalEngine
+from areal_core.engine.model import init_model
+from areal_core.reward_service import RewardService, RewardServiceConfig
+from areal_core.rl.rollout import RolloutConfig, RolloutController, staleness_histogram
+from areal_core.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return init_model(tmp_path_factory.mktemp("rollout") / "model", hidden_size=32, num_hidden_layers=1,
+                      intermediate_size=64)
+
+
+async def settle(controller, seconds=0.3):
+    """Wait until the controller has stopped submitting (it is blocked on the staleness gate)."""
+    while True:
+        before = controller.submitted
+        await asyncio.sleep(seconds)
+        if controller.submitted == before:
+            return
+
+
+def test_staleness_gate_admits_batch_size_times_eta_plus_one_prompts_per_version(model_dir):
+    async def run():
+        config = RolloutConfig(batch_size=4, group_size=2, max_staleness=1, max_new_tokens=4)
+        async with LocalEngine(model_dir) as engine, RewardService(RewardServiceConfig(workers=1)) as rewards:
+            controller = RolloutController(get_task("arithmetic-test"), engine, rewards, engine.tokenizer, config)
+            controller.start()
+            await settle(controller)
+            first = controller.submitted            # batches 0 and 1 may run at version 0
+            batch = await controller.next_batch()
+            await controller.set_version(1)
+            await settle(controller)
+            second = controller.submitted           # now batch 2 too
+            await controller.stop()
+            return first, second, batch
+
+    first, second, batch = asyncio.run(run())
+    assert first == 8 and second == 12
+    assert len(batch) == 4 and all(len(g.trajectories) == 2 for g in batch)
+    trajectories = [t for g in batch for t in g.trajectories]
+    assert all(t.reward.error is None and t.output_versions == [0] * len(t.output_token_ids) for t in trajectories)
+    assert staleness_histogram(trajectories, version=1) == {1: 8}
+
+
+def test_failed_rewards_are_dropped_from_their_group_only(model_dir, plugin_dirs, monkeypatch):
+    """A reward that crashes for some responses: those responses leave their group, the rest stays."""
+    from areal_core.plugins import reset_plugin_manager
+
+    monkeypatch.syspath_prepend(str(plugin_dirs["testkit"]))
+    monkeypatch.setenv("AREAL_PLUGINS", "testkit,arithmetic")
+    reset_plugin_manager()
+
+    async def run():
+        config = RolloutConfig(batch_size=2, group_size=3, max_staleness=0, max_new_tokens=3)
+        task = get_task("arithmetic-test")
+        async with LocalEngine(model_dir) as engine, RewardService(RewardServiceConfig(workers=1, timeout=5)) as rewards:
+            controller = RolloutController(task, engine, rewards, engine.tokenizer, config,
+                                           reward_options={})
+            # swap in a reward that always raises: every response fails verification
+            controller.task = task
+            object.__setattr__(task.spec.reward, "name", "raises")
+            controller.start()
+            batch = await controller.next_batch()
+            await controller.stop()
+            return batch, controller.dropped
+
+    try:
+        batch, dropped = asyncio.run(run())
+    finally:
+        reset_plugin_manager()
+    assert all(g.trajectories == [] and g.dropped == 3 for g in batch)
+    assert sum(dropped.values()) >= 6 and any("raised ValueError" in k for k in dropped)
