@@ -1,17 +1,51 @@
 """An `InferenceEngine` over HTTP: one or many SGLang servers (or `areal serve`, which speaks the same API).
 
-- Load balancing: each request goes to the healthy server with the fewest requests in flight; a request
-  that is resubmitted goes back to the server it used before when that one is still healthy (sticky rid).
-- Failures: a connection error, timeout or 5xx marks the server down for a back-off period and the request
-  is resubmitted elsewhere; a 400 is the caller's mistake and is raised at once with the server's message.
-- Interruptions: a request that comes back with finish_reason "abort" (e.g. `pause_generation(mode=abort)`
-  before a weight update) is resubmitted as prompt + tokens so far with the remaining token budget, so
-  from the caller's side it simply completes; its tokens keep their per-token weight versions.
-- Weight updates, pause and continue are broadcast to every server.
+Checked against SGLang 0.5.23's own source (sglang/srt/entrypoints/http_server.py, managers/io_struct.py,
+utils/weight_versions.py), not memory:
+
+  POST /generate {input_ids, sampling_params, return_logprob, rid}
+       -> 200 {text, output_ids, meta_info: {finish_reason: {type: stop|length|abort, ...},
+               output_token_logprobs: [[logprob, token_id, text|null], ...], weight_version,
+               weight_versions: [{version, start, end}, ...], num_retractions, ...}}
+       -> 400 {error: {message}} for a request SGLang rejects.
+  POST /pause_generation {mode: abort|retract|in_place};  POST /continue_generation {}
+  POST /update_weights_from_disk {model_path, weight_version} -> {success, message, num_paused_requests}
+  GET /health, /model_info;  POST /abort_request {rid}
+
+Behaviour:
+
+- Load balancing: a request goes to the usable server with the fewest requests in flight. Request ids are
+  sticky: a request that is resubmitted (after an abort), and a later call with the same `rid` (a next turn,
+  a sample of the same prompt), goes back to the server that served that rid while it is usable, so it
+  finds its prefix in that server's cache.
+- Failures: a connection error, a timeout (`request_timeout`) or a 5xx / malformed answer marks the server
+  down for `down_seconds` and the request is resubmitted to another server after an exponential back-off
+  (`backoff` * 2**k, at most `max_backoff`), up to `max_retries` times. The tokens a dead server was
+  producing are lost; tokens already received are kept and the request continues from them.
+  A 400 (or 422) is the caller's mistake: EngineError at once, with the server's message.
+- Interruptions: a request that comes back with finish_reason "abort" (e.g. `pause(mode="abort")` before a
+  weight update) is resubmitted as prompt + tokens so far with the remaining token budget, so from the
+  caller's side it simply completes; each token keeps the weight version the server reported for it.
+  `num_interruptions` counts aborts plus the server's retractions (`num_retractions`).
+- Control calls (pause, continue, update weights) are broadcast to every server not already lost. A server
+  that cannot be reached for one is marked lost (it may now hold other weights than the rest, or stay
+  paused) and gets no more requests; the call fails only when no server succeeded, or when a server
+  rejected the call itself (HTTP 4xx, success=false: e.g. a bad checkpoint path), which raises EngineError.
+- Versions: SGLang reports per-span versions (`weight_versions`) as strings; they are parsed as integers.
+  "default" (SGLang's version of the weights it was launched with when no --weight-version is given)
+  counts as 0. `areal serve` also sends every token's version (`output_token_weight_versions`).
+- Log-probabilities: the server's `output_token_logprobs`, i.e. log softmax(logits / T) of the sampled
+  token before top-p/top-k truncation (T = 1 for greedy) — see engine/protocol.py.
+- `text` is the concatenation of the servers' texts for each segment; decode `output_ids` with the
+  tokenizer where exact text across an interruption matters.
+
+Real SGLang 0.5.23 does not check token ids against the vocabulary: an out-of-range id crashes the server
+process. Give the client `vocab_size` to reject such prompts before they are sent (areal serve answers 400).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import subprocess
@@ -19,7 +53,8 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import httpx
 
@@ -27,46 +62,87 @@ from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequ
 
 log = logging.getLogger(__name__)
 
+_CALLER_ERRORS = (400, 422)   # the request itself is wrong: no other server would accept it either
+
 
 @dataclass
 class _Server:
     url: str
     in_flight: int = 0
-    down_until: float = 0.0
+    down_until: float = 0.0     # temporarily avoided after a failure, until this monotonic time
+    lost: bool = False          # missed a control call: never used again by this client
     failures: int = 0
+    segments: int = 0           # /generate answers received (a resubmitted request counts each segment)
 
-    def healthy(self, now: float) -> bool:
-        return now >= self.down_until
+    def usable(self, now: float) -> bool:
+        return not self.lost and now >= self.down_until
+
+
+def _parse_version(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text == "default":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise EngineError(f"weight version {value!r} from the server is not an integer "
+                          "(launch SGLang with --weight-version N and update with integer versions)") from None
 
 
 def versions_from_meta(meta: dict[str, Any], n_tokens: int) -> list[int]:
-    """Per-token weight versions from a /generate response (areal's per-token list, else SGLang's spans)."""
-    if isinstance(meta.get("output_token_weight_versions"), list):
-        return [int(v) for v in meta["output_token_weight_versions"]][:n_tokens]
-    versions: list[int] = []
+    """Per-token weight versions from a /generate `meta_info`.
+
+    areal serve's `output_token_weight_versions` (one per token) when present, else SGLang's spans
+    `weight_versions: [{version, start, end}]`; tokens no span covers take `weight_version` (the version at
+    the end of the request), as do all tokens of a server that reports no spans.
+    """
+    per_token = meta.get("output_token_weight_versions")
+    if isinstance(per_token, list) and len(per_token) >= n_tokens:
+        return [_parse_version(v) for v in per_token[:n_tokens]]
+    fill = _parse_version(meta["weight_version"]) if meta.get("weight_version") is not None else 0
+    versions = [fill] * n_tokens
     for span in meta.get("weight_versions") or []:
-        versions += [int(span["version"])] * (int(span["end"]) - int(span["start"]))
-    if len(versions) < n_tokens:
-        fill = int(meta.get("weight_version") or 0)
-        versions += [fill] * (n_tokens - len(versions))
-    return versions[:n_tokens]
+        version = _parse_version(span["version"])
+        for i in range(max(0, int(span["start"])), min(n_tokens, int(span["end"]))):
+            versions[i] = version
+    return versions
 
 
 class SGLangEngine:
-    """Client for SGLang-compatible servers. `urls` like ["http://127.0.0.1:30000", ...]."""
+    """Client for SGLang-compatible servers, e.g. `SGLangEngine(["http://127.0.0.1:30000", ...])`.
+
+    request_timeout: seconds for one /generate answer (a server slower than this counts as failed);
+    connect_timeout: seconds to open a connection; control_timeout: seconds for pause/continue/update/health;
+    vocab_size: when given, prompts with token ids outside [0, vocab_size) are rejected before sending.
+    """
 
     def __init__(self, urls: Sequence[str], *, request_timeout: float = 3600.0, connect_timeout: float = 5.0,
-                 max_retries: int = 5, backoff: float = 0.5, down_seconds: float = 10.0,
-                 pause_mode: PauseMode = "retract", max_aborts: int = 1000) -> None:
+                 control_timeout: float = 600.0, max_retries: int = 5, backoff: float = 0.5,
+                 max_backoff: float = 8.0, down_seconds: float = 10.0, pause_mode: PauseMode = "retract",
+                 max_aborts: int = 1000, vocab_size: int | None = None, sticky_capacity: int = 100_000) -> None:
         if not urls:
-            raise EngineError("SGLangEngine needs at least one server URL")
-        self.servers = [_Server(url.rstrip("/")) for url in urls]
+            raise EngineError("SGLangEngine needs at least one server URL, got none")
+        bad = [u for u in urls if not str(u).startswith(("http://", "https://"))]
+        if bad:
+            raise EngineError(f"server URL {bad[0]!r} must start with http:// or https://")
+        if pause_mode not in ("abort", "retract", "in_place"):
+            raise EngineError(f"pause_mode must be abort, retract or in_place, got {pause_mode!r}")
+        self.servers = [_Server(str(url).rstrip("/")) for url in urls]
         self.max_retries = max_retries
         self.backoff = backoff
+        self.max_backoff = max_backoff
         self.down_seconds = down_seconds
-        self.pause_mode = pause_mode
+        self.pause_mode: PauseMode = pause_mode
         self.max_aborts = max_aborts
-        self._sticky: dict[str, _Server] = {}
+        self.vocab_size = vocab_size
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.control_timeout = control_timeout
+        self._sticky: collections.OrderedDict[str, _Server] = collections.OrderedDict()
+        self._sticky_capacity = sticky_capacity
+        self._background: set[asyncio.Task] = set()
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
@@ -77,122 +153,252 @@ class SGLangEngine:
         await self.close()
 
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self._client.aclose()
+
+    def server_stats(self) -> list[dict[str, Any]]:
+        """Per server: url, in_flight, segments served, failures, and state (up / down / lost)."""
+        now = time.monotonic()
+        return [{"url": s.url, "in_flight": s.in_flight, "segments": s.segments, "failures": s.failures,
+                 "state": "lost" if s.lost else ("up" if s.usable(now) else "down")} for s in self.servers]
 
     # -- routing -------------------------------------------------------------------------------
     def _pick(self, rid: str) -> _Server:
         now = time.monotonic()
         sticky = self._sticky.get(rid)
-        if sticky is not None and sticky.healthy(now):
+        if sticky is not None and sticky.usable(now):
             return sticky
-        healthy = [s for s in self.servers if s.healthy(now)] or sorted(self.servers, key=lambda s: s.down_until)[:1]
-        return min(healthy, key=lambda s: s.in_flight)
+        usable = [s for s in self.servers if s.usable(now)]
+        if not usable:
+            alive = [s for s in self.servers if not s.lost]
+            if not alive:
+                raise EngineError("no generation server left: every server missed a control call "
+                                  f"({', '.join(s.url for s in self.servers)})")
+            usable = [min(alive, key=lambda s: s.down_until)]  # all down: try the one that recovers first
+        return min(usable, key=lambda s: s.in_flight)
+
+    def _remember(self, rid: str, server: _Server) -> None:
+        self._sticky[rid] = server
+        self._sticky.move_to_end(rid)
+        while len(self._sticky) > self._sticky_capacity:
+            self._sticky.popitem(last=False)
 
     def _mark_down(self, server: _Server, why: str) -> None:
         server.failures += 1
         server.down_until = time.monotonic() + self.down_seconds
         log.warning("generation server %s marked down for %.0fs: %s", server.url, self.down_seconds, why)
 
+    def _mark_lost(self, server: _Server, why: str) -> None:
+        server.lost = True
+        server.failures += 1
+        log.error("generation server %s dropped (it missed a control call and may be out of step): %s",
+                  server.url, why)
+
     # -- generation ----------------------------------------------------------------------------
+    def _check(self, request: GenerateRequest) -> None:
+        if not request.input_ids:
+            raise EngineError("input_ids is empty: a prompt needs at least one token")
+        bad = [t for t in request.input_ids if not isinstance(t, int) or isinstance(t, bool) or t < 0
+               or (self.vocab_size is not None and t >= self.vocab_size)]
+        if bad:
+            limit = f"[0, {self.vocab_size})" if self.vocab_size is not None else "non-negative integers"
+            raise EngineError(f"token id {bad[0]!r} in input_ids is out of the vocabulary: expected {limit}")
+        request.sampling_params.validate()
+
     async def generate(self, request: GenerateRequest) -> GenerateOutput:
+        self._check(request)
         rid = request.rid or uuid.uuid4().hex
+        call = uuid.uuid4().hex[:8]       # keeps wire rids unique even if a caller reuses `rid` concurrently
         params = request.sampling_params
-        params.validate()
         ids: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []
-        interruptions = attempts = 0
+        texts: list[str] = []
+        interruptions = aborts = attempts = segment = 0
+        while True:
+            sampling = params.to_sglang()
+            sampling["max_new_tokens"] = params.max_new_tokens - len(ids)
+            wire_rid = f"{rid}.{call}.{segment}"
+            segment += 1
+            payload = {"input_ids": request.input_ids + ids, "sampling_params": sampling,
+                       "return_logprob": True, "rid": wire_rid}
+            server = self._pick(rid)
+            self._remember(rid, server)
+            answer = await self._post_generate(server, payload)
+            if isinstance(answer, dict):
+                finish = (answer.get("meta_info") or {}).get("finish_reason") or {}
+                status = finish.get("status_code") if isinstance(finish, dict) else None
+                if isinstance(status, int) and 400 <= status < 500:
+                    raise EngineError(f"{server.url} rejected request {rid}: {finish.get('message')}")
+                if isinstance(status, int) and status >= 500:  # the server aborted it for an internal error
+                    answer = f"aborted with status {status}: {finish.get('message')}"
+            if isinstance(answer, str):
+                self._mark_down(server, answer)
+                attempts += 1
+                if attempts > self.max_retries:
+                    raise EngineError(f"request {rid} failed {attempts} times (no server completed it); "
+                                      f"last: {server.url}: {answer}")
+                await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** (attempts - 1)))
+                continue
+            server.segments += 1
+            meta = answer.get("meta_info") or {}
+            new_ids = [int(t) for t in answer.get("output_ids") or []]
+            entries = meta.get("output_token_logprobs") or []
+            if len(entries) != len(new_ids) or any(int(e[1]) != t for e, t in zip(entries, new_ids)):
+                raise EngineError(f"{server.url} returned {len(new_ids)} tokens but {len(entries)} log-probs "
+                                  "that do not match them")
+            ids += new_ids
+            logprobs += [float(e[0]) for e in entries]
+            versions += versions_from_meta(meta, len(new_ids))
+            texts.append(str(answer.get("text") or ""))
+            interruptions += int(meta.get("num_retractions") or 0)
+            finish = meta.get("finish_reason") or {}
+            reason = finish.get("type", "stop") if isinstance(finish, dict) else str(finish)
+            if reason == "abort" and len(ids) < params.max_new_tokens:
+                # Interrupted (pause with mode abort, /abort_request): continue from the tokens so far.
+                aborts += 1
+                interruptions += 1
+                if aborts > self.max_aborts:
+                    raise EngineError(f"request {rid} was aborted {aborts} times; giving up")
+                continue
+            if reason not in ("stop", "length"):
+                reason = "length" if len(ids) >= params.max_new_tokens else "stop"
+            return GenerateOutput(rid=rid, output_ids=ids, output_logprobs=logprobs, output_versions=versions,
+                                  finish_reason=reason, prompt_tokens=len(request.input_ids), text="".join(texts),
+                                  num_interruptions=interruptions)
+
+    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> dict[str, Any] | str:
+        """The JSON answer, or a string saying why the server failed. Raises EngineError for a 400."""
+        server.in_flight += 1
         try:
-            while True:
-                remaining = params.max_new_tokens - len(ids)
-                sampling = params.to_sglang()
-                sampling["max_new_tokens"] = remaining
-                payload = {"input_ids": request.input_ids + ids, "sampling_params": sampling,
-                           "return_logprob": True, "rid": f"{rid}.{interruptions}.{attempts}"}
-                server = self._pick(rid)
-                self._sticky[rid] = server
-                server.in_flight += 1
-                try:
-                    response = await self._client.post(f"{server.url}/generate", json=payload)
-                except httpx.HTTPError as exc:
-                    response = None
-                    failure = f"{type(exc).__name__}: {exc}"
-                finally:
-                    server.in_flight -= 1
-                if response is not None and response.status_code == 400:
-                    raise EngineError(f"{server.url} rejected the request: {_error_message(response)}")
-                if response is None or response.status_code >= 500 or response.status_code != 200:
-                    if response is not None:
-                        failure = f"HTTP {response.status_code}: {_error_message(response)}"
-                    self._mark_down(server, failure)
-                    self._sticky.pop(rid, None)
-                    attempts += 1
-                    if attempts > self.max_retries:
-                        raise EngineError(f"request {rid} failed on {attempts} attempts; last: {server.url}: {failure}")
-                    await asyncio.sleep(self.backoff * 2 ** (attempts - 1))
-                    continue
-                server.failures = 0
-                data = response.json()
-                meta = data.get("meta_info") or {}
-                new_ids = list(data.get("output_ids") or [])
-                new_logprobs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
-                if len(new_logprobs) != len(new_ids):
-                    raise EngineError(f"{server.url} returned {len(new_ids)} tokens but {len(new_logprobs)} log-probs")
-                ids += new_ids
-                logprobs += new_logprobs
-                versions += versions_from_meta(meta, len(new_ids))
-                interruptions += int(meta.get("num_retractions") or 0)
-                reason = (meta.get("finish_reason") or {}).get("type", "stop")
-                if reason == "abort" and len(ids) < params.max_new_tokens:
-                    interruptions += 1
-                    if interruptions > self.max_aborts:
-                        raise EngineError(f"request {rid} was aborted {interruptions} times")
-                    continue
-                if reason == "abort":
-                    reason = "length"
-                return GenerateOutput(rid=rid, output_ids=ids, output_logprobs=logprobs, output_versions=versions,
-                                      finish_reason=reason, prompt_tokens=len(request.input_ids),
-                                      text=data.get("text", "") if not interruptions else "",
-                                      num_interruptions=interruptions)
+            response = await self._client.post(f"{server.url}/generate", json=payload)
+        except httpx.TimeoutException as exc:
+            # A slow or hung server may still be generating: ask it to stop, without waiting for it.
+            task = asyncio.create_task(self._abort_remote(server, payload["rid"]))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            limit = self.connect_timeout if isinstance(exc, httpx.ConnectTimeout) else self.request_timeout
+            return f"{type(exc).__name__} after {limit:g}s"
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abort_remote(server, payload["rid"]))
+            raise
         finally:
-            self._sticky.pop(rid, None)
+            server.in_flight -= 1
+        if response.status_code in _CALLER_ERRORS:
+            raise EngineError(f"{server.url} rejected the request: {_error_message(response)}")
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}: {_error_message(response)}"
+        try:
+            data = response.json()
+        except ValueError:
+            return f"answer is not JSON: {response.text[:200]!r}"
+        if not isinstance(data, dict):
+            return f"answer is not a JSON object: {str(data)[:200]}"
+        return data
+
+    async def _abort_remote(self, server: _Server, wire_rid: str) -> None:
+        """Best effort: a cancelled caller should not leave the server generating for nobody."""
+        try:
+            await self._client.post(f"{server.url}/abort_request", json={"rid": wire_rid}, timeout=2.0)
+        except httpx.HTTPError:
+            pass
 
     # -- control (broadcast) -------------------------------------------------------------------
-    async def _broadcast(self, method: str, path: str, payload: dict[str, Any] | None = None) -> list[httpx.Response]:
-        async def one(server: _Server) -> httpx.Response:
-            try:
-                response = await self._client.request(method, f"{server.url}{path}", json=payload)
-            except httpx.HTTPError as exc:
-                raise EngineError(f"{server.url}{path} failed: {type(exc).__name__}: {exc}") from None
-            if response.status_code != 200:
-                raise EngineError(f"{server.url}{path} answered HTTP {response.status_code}: {_error_message(response)}")
-            return response
+    async def _broadcast(self, path: str, payload: dict[str, Any] | None = None, method: str = "POST",
+                         check_success: bool = False) -> list[tuple[_Server, httpx.Response]]:
+        targets = [s for s in self.servers if not s.lost]
+        if not targets:
+            raise EngineError(f"{path}: no generation server left (all were dropped after failures)")
 
-        return list(await asyncio.gather(*(one(s) for s in self.servers)))
+        async def one(server: _Server) -> httpx.Response | str:
+            try:
+                return await self._client.request(method, f"{server.url}{path}", json=payload,
+                                                   timeout=httpx.Timeout(self.control_timeout, connect=5.0))
+            except httpx.HTTPError as exc:
+                return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+        answers = await asyncio.gather(*(one(s) for s in targets))
+        done: list[tuple[_Server, httpx.Response]] = []
+        rejected: list[str] = []
+        for server, answer in zip(targets, answers):
+            if isinstance(answer, str) or answer.status_code >= 500:
+                why = answer if isinstance(answer, str) else f"HTTP {answer.status_code}: {_error_message(answer)}"
+                self._mark_lost(server, f"{path}: {why}")
+            elif answer.status_code != 200 or (check_success and not _success(answer)):
+                rejected.append(f"{server.url}{path} answered HTTP {answer.status_code}: {_error_message(answer)}")
+            else:
+                done.append((server, answer))
+        if rejected:
+            raise EngineError("; ".join(rejected))
+        if not done:
+            raise EngineError(f"{path}: no generation server answered "
+                              f"({', '.join(s.url for s in targets)})")
+        return done
 
     async def pause(self, mode: PauseMode | None = None) -> None:
-        await self._broadcast("POST", "/pause_generation", {"mode": mode or self.pause_mode})
+        mode = mode or self.pause_mode
+        if mode not in ("abort", "retract", "in_place"):
+            raise EngineError(f"pause mode must be abort, retract or in_place, got {mode!r}")
+        await self._broadcast("/pause_generation", {"mode": mode})
 
     async def resume(self) -> None:
-        await self._broadcast("POST", "/continue_generation", {})
+        await self._broadcast("/continue_generation", {})
 
-    async def update_weights(self, path: str, version: int) -> None:
-        responses = await self._broadcast("POST", "/update_weights_from_disk",
-                                          {"model_path": str(path), "weight_version": str(version)})
-        for server, response in zip(self.servers, responses):
-            if not response.json().get("success", False):
-                raise EngineError(f"{server.url} failed to load {path}: {response.json().get('message')}")
+    async def update_weights(self, path: str | os.PathLike[str], version: int) -> None:
+        """Every server loads the checkpoint directory `path`; later tokens carry `version`.
+
+        Pause first with mode retract (the default) or abort: SGLang refuses to drop its cache while requests
+        paused in_place still hold it, and reports the update as failed."""
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise EngineError(f"weight version must be an integer, got {version!r}")
+        await self._broadcast("/update_weights_from_disk", {"model_path": str(path), "weight_version": str(version)},
+                              check_success=True)
 
     async def health(self) -> bool:
-        try:
-            await self._broadcast("GET", "/health")
-        except EngineError:
-            return False
-        return True
+        """True when at least one server answers /health; servers that do not are marked down."""
+        targets = [s for s in self.servers if not s.lost]
+
+        async def one(server: _Server) -> bool:
+            try:
+                response = await self._client.get(f"{server.url}/health", timeout=httpx.Timeout(10.0, connect=5.0))
+            except httpx.HTTPError as exc:
+                self._mark_down(server, f"/health: {type(exc).__name__}")
+                return False
+            if response.status_code != 200:
+                self._mark_down(server, f"/health: HTTP {response.status_code}")
+                return False
+            server.down_until = 0.0
+            return True
+
+        return any(await asyncio.gather(*(one(s) for s in targets)))
 
     async def model_info(self) -> dict[str, Any]:
-        [response, *_] = await self._broadcast("GET", "/model_info")
-        return response.json()
+        """The first answering server's /model_info, with `weight_version` as an integer and `servers`."""
+        for server in [s for s in self.servers if not s.lost]:
+            try:
+                response = await self._client.get(f"{server.url}/model_info",
+                                                   timeout=httpx.Timeout(self.control_timeout, connect=5.0))
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                info = dict(response.json())
+                if info.get("weight_version") is not None:
+                    info["weight_version"] = _parse_version(info["weight_version"])
+                info["servers"] = [s.url for s in self.servers if not s.lost]
+                return info
+        raise EngineError(f"/model_info: no generation server answered ({', '.join(s.url for s in self.servers)})")
+
+
+def _success(response: httpx.Response) -> bool:
+    try:
+        data = response.json()
+    except ValueError:
+        return False
+    return bool(data.get("success", True)) if isinstance(data, dict) else False
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -208,61 +414,166 @@ def _error_message(response: httpx.Response) -> str:
             return str(error)
         if "message" in data:
             return str(data["message"])
+        if "detail" in data:
+            return str(data["detail"])
     return str(data)[:500]
 
 
+# -- launching servers ------------------------------------------------------------------------------
 class ServerProcess:
-    """A generation server in a child process (SGLang's launch_server, or `areal serve`), with readiness wait."""
+    """A generation server in a child process (SGLang's launch_server, or `areal serve`), with readiness wait.
 
-    def __init__(self, command: list[str], url: str, env: dict[str, str] | None = None, log_path: str | None = None) -> None:
+    The child runs in its own process group (SGLang starts scheduler and detokenizer subprocesses), so
+    `stop()` ends all of it. Usable as a context manager: `with ServerProcess.areal(m, port) as server:`.
+    """
+
+    def __init__(self, command: list[str], url: str, env: Mapping[str, str] | None = None,
+                 log_path: str | os.PathLike[str] | None = None) -> None:
         self.command = command
         self.url = url
         self.env = {**os.environ, **(env or {})}
-        self.log_path = log_path
+        self.log_path = str(log_path) if log_path else None
         self.process: subprocess.Popen | None = None
+        self._group_ended = False
 
     @classmethod
-    def sglang(cls, model_path: str, port: int, host: str = "127.0.0.1", extra_args: Sequence[str] = (),
-               python: str = sys.executable, env: dict[str, str] | None = None, log_path: str | None = None) -> "ServerProcess":
-        command = [python, "-m", "sglang.launch_server", "--model-path", model_path, "--host", host,
+    def sglang(cls, model_path: str | os.PathLike[str], port: int, host: str = "127.0.0.1",
+               extra_args: Sequence[str] = (), python: str | None = None, env: Mapping[str, str] | None = None,
+               log_path: str | os.PathLike[str] | None = None, weight_version: int | None = 0) -> "ServerProcess":
+        """`python -m sglang.launch_server --model-path M --host H --port P [--weight-version V] EXTRA...`.
+
+        python: the interpreter that has SGLang (default $AREAL_SGLANG_PYTHON, else this one);
+        weight_version: the version tag of the initial weights (None: SGLang's "default", read as 0)."""
+        python = python or os.environ.get("AREAL_SGLANG_PYTHON") or sys.executable
+        command = [python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", host,
+                   "--port", str(port)]
+        if weight_version is not None and "--weight-version" not in extra_args:
+            command += ["--weight-version", str(int(weight_version))]
+        return cls(command + list(extra_args), f"http://{host}:{port}", env, log_path)
+
+    @classmethod
+    def areal(cls, model_path: str | os.PathLike[str], port: int, host: str = "127.0.0.1",
+              extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+              log_path: str | os.PathLike[str] | None = None) -> "ServerProcess":
+        """`areal serve M --host H --port P EXTRA...` with this interpreter."""
+        command = [sys.executable, "-m", "areal_core.cli", "serve", str(model_path), "--host", host,
                    "--port", str(port), *extra_args]
         return cls(command, f"http://{host}:{port}", env, log_path)
 
-    @classmethod
-    def areal(cls, model_path: str, port: int, host: str = "127.0.0.1", extra_args: Sequence[str] = (),
-              env: dict[str, str] | None = None, log_path: str | None = None) -> "ServerProcess":
-        command = [sys.executable, "-m", "areal_core.cli", "serve", model_path, "--host", host, "--port", str(port),
-                   *extra_args]
-        return cls(command, f"http://{host}:{port}", env, log_path)
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def start(self) -> "ServerProcess":
+        if self.alive:
+            return self
+        self._group_ended = False
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        try:
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            raise EngineError(f"cannot start {self.command[0]!r} for {self.url}: {exc}") from None
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
         return self
 
     def wait_ready(self, timeout: float = 300.0) -> "ServerProcess":
+        """Block until GET /health answers 200; EngineError (with the log's tail) if the process exits or
+        the timeout passes."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise EngineError(f"server {self.url} exited with code {self.process.returncode} while starting"
-                                  + (f"; see {self.log_path}" if self.log_path else ""))
+                                  + self._log_tail())
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        raise EngineError(f"server {self.url} did not become healthy within {timeout:.0f}s")
+        raise EngineError(f"server {self.url} did not become healthy within {timeout:.0f}s" + self._log_tail())
 
-    def stop(self, sig: int = 15) -> None:
-        if self.process is not None and self.process.poll() is None:
+    def _log_tail(self, lines: int = 15) -> str:
+        if not self.log_path or not Path(self.log_path).is_file():
+            return ""
+        tail = Path(self.log_path).read_text(errors="replace").splitlines()[-lines:]
+        return f"; last lines of {self.log_path}:\n" + "\n".join(tail)
+
+    def stop(self, sig: int = 15, timeout: float = 20.0) -> None:
+        """Send `sig` to the server's process group and wait; SIGKILL if it is still there after `timeout`."""
+        if self.process is None or self._group_ended:
+            return
+        if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, sig)
             except ProcessLookupError:
                 pass
             try:
-                self.process.wait(10)
+                self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, 9)
                 self.process.wait(10)
+        try:  # children (SGLang's scheduler, detokenizer) may outlive the leader
+            os.killpg(self.process.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._group_ended = True
+
+    def kill(self) -> None:
+        """SIGKILL the whole server at once, as a crash would."""
+        self.stop(9)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def sglang_servers(model_path: str | os.PathLike[str], count: int = 1, *, host: str = "127.0.0.1",
+                   base_port: int = 30000, gpus_per_server: int = 1, gpu_ids: Sequence[int] | None = None,
+                   extra_args: Sequence[str] = (), python: str | None = None, env: Mapping[str, str] | None = None,
+                   log_dir: str | os.PathLike[str] | None = None, weight_version: int | None = 0) -> list[ServerProcess]:
+    """The SGLang servers to run on one GPU machine (not started): server i listens on base_port + i and sees
+    GPUs gpu_ids[i*g:(i+1)*g] (g = gpus_per_server; gpu_ids defaults to 0..count*g-1) through
+    CUDA_VISIBLE_DEVICES (g = 0 leaves it alone, e.g. for a CPU server); with g > 1 pass `--tp-size g` in
+    extra_args. Logs go to log_dir/sglang-i.log."""
+    if count < 1 or gpus_per_server < 0:
+        raise EngineError(f"count must be >= 1 and gpus_per_server >= 0, got {count} and {gpus_per_server}")
+    gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(count * gpus_per_server))
+    if len(gpu_ids) < count * gpus_per_server:
+        raise EngineError(f"{count} servers x {gpus_per_server} GPUs need {count * gpus_per_server} GPU ids, "
+                          f"got {len(gpu_ids)}: {gpu_ids}")
+    servers = []
+    for i in range(count):
+        server_env = dict(env or {})
+        if gpus_per_server:
+            server_env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                str(g) for g in gpu_ids[i * gpus_per_server:(i + 1) * gpus_per_server])
+        log_path = Path(log_dir) / f"sglang-{i}.log" if log_dir else None
+        if log_path:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        servers.append(ServerProcess.sglang(model_path, base_port + i, host=host, extra_args=extra_args,
+                                            python=python, env=server_env, log_path=log_path,
+                                            weight_version=weight_version))
+    return servers
+
+
+def launch_sglang_servers(model_path: str | os.PathLike[str], count: int = 1, *, startup_timeout: float = 900.0,
+                          **options: Any) -> list[ServerProcess]:
+    """Start `sglang_servers(model_path, count, **options)` together and wait until all are healthy; if any
+    fails to start, stop them all and raise EngineError saying which and why (with its log's tail)."""
+    servers = sglang_servers(model_path, count, **options)
+    try:
+        for server in servers:
+            server.start()
+        deadline = time.monotonic() + startup_timeout
+        for server in servers:
+            server.wait_ready(max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers

@@ -1,0 +1,335 @@
+"""The SGLang client against real `areal serve` processes over real HTTP: load balancing, interruption by
+weight updates (retract and abort), failover when a server dies or hangs, and bad requests.
+
+Log-prob tolerance: LOGPROB_TOLERANCE (float32 on CPU; the server's incremental KV-cache decode and one full
+forward pass differ by ~1e-6).
+"""
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import httpx
+import pytest
+import torch
+
+from areal_core.engine.model import load_model
+from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
+from areal_core.engine.sglang_client import SGLangEngine, launch_sglang_servers, sglang_servers, versions_from_meta
+
+pytest.register_assert_rewrite("conftest_sglang")
+pytest_plugins = ["conftest_sglang"]
+from conftest_sglang import _free_port, reference_logprobs, start_mid_generation  # noqa: E402
+
+LOGPROB_TOLERANCE = 1e-4
+
+
+def served_model(url: str) -> tuple[str, int]:
+    info = httpx.get(f"{url}/model_info", timeout=30).json()
+    return info["model_path"], int(info["weight_version"])
+
+
+def running(url: str) -> int:
+    return int(httpx.get(f"{url}/model_info", timeout=30).json()["running"])
+
+
+async def total_running(urls) -> int:
+    return sum(await asyncio.gather(*(asyncio.to_thread(running, u) for u in urls)))
+
+
+def other_model(current: str, tiny_model, tiny_model_v1) -> str:
+    return str(tiny_model) if os.path.samefile(current, tiny_model_v1) else str(tiny_model_v1)
+
+
+def test_many_concurrent_requests_are_spread_over_servers_and_match_the_model(areal_pair):
+    urls = [p.url for p in areal_pair]
+    model_path, version = served_model(urls[0])
+    prompts = [[6 + i % 50, 85, 7 + i % 13] for i in range(48)]
+    lengths = [3 + (i * 7) % 60 for i in range(48)]
+
+    async def run():
+        async with SGLangEngine(urls) as engine:
+            outputs = await asyncio.gather(*(
+                engine.generate(GenerateRequest(p, SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True,
+                                                                  seed=i)))
+                for i, (p, n) in enumerate(zip(prompts, lengths))))
+            return outputs, engine.server_stats()
+
+    outputs, stats = asyncio.run(run())
+    assert [len(o.output_ids) for o in outputs] == lengths
+    assert all(o.finish_reason == "length" and o.output_versions == [version] * len(o.output_ids) for o in outputs)
+    assert all(s["segments"] >= 12 and s["failures"] == 0 for s in stats), stats  # both servers took a share
+    model = load_model(model_path)
+    for prompt, out in zip(prompts, outputs):
+        ref = reference_logprobs(model, prompt, out.output_ids, 1.0)
+        assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
+
+
+@pytest.mark.parametrize("mode", ["retract", "abort"])
+def test_pause_update_continue_completes_every_request_with_new_versions_and_logprobs(
+        areal_pair, tiny_model, tiny_model_v1, mode):
+    """Through the client, on two servers: pause mid-generation -> update weights -> continue. Every request
+    completes with all its tokens; tokens before the update carry the old version and log-probs of the old
+    weights, tokens after it the new version and log-probs recomputed with the new weights. With mode abort
+    the servers end the requests early and the client resubmits prompt + tokens so far."""
+    urls = [p.url for p in areal_pair]
+    old_path, old_version = served_model(urls[0])
+    new_path, new_version = other_model(old_path, tiny_model, tiny_model_v1), old_version + 1
+    prompts = [[6 + i, 85] for i in range(8)]
+    n = 200
+
+    async def run():
+        async with SGLangEngine(urls, pause_mode=mode) as engine:
+            params = SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True, seed=5)
+            tasks = await start_mid_generation(engine, prompts, params, lambda: total_running(urls))
+            await engine.pause()
+            await engine.update_weights(new_path, new_version)
+            info = await engine.model_info()
+            await engine.resume()
+            return await asyncio.gather(*tasks), info
+
+    outputs, info = asyncio.run(run())
+    assert info["weight_version"] == new_version
+    assert all(served_model(u) == (new_path, new_version) for u in urls)
+    old, new = load_model(old_path), load_model(new_path)
+    for prompt, out in zip(prompts, outputs):
+        assert len(out.output_ids) == n and out.finish_reason == "length"
+        assert out.num_interruptions == 1
+        cut = out.output_versions.index(new_version)
+        assert 1 <= cut < n
+        assert out.output_versions == [old_version] * cut + [new_version] * (n - cut)
+        lp = torch.tensor(out.output_logprobs)
+        ref_old = reference_logprobs(old, prompt, out.output_ids, 1.0)
+        ref_new = reference_logprobs(new, prompt, out.output_ids, 1.0)
+        assert torch.allclose(lp[:cut], ref_old[:cut], atol=LOGPROB_TOLERANCE)
+        assert torch.allclose(lp[cut:], ref_new[cut:], atol=LOGPROB_TOLERANCE)
+        assert not torch.allclose(lp[cut:], ref_old[cut:], atol=LOGPROB_TOLERANCE)
+
+
+def test_resubmitted_request_goes_back_to_its_server(areal_pair):
+    """Sticky request ids: server A alone is paused with mode abort while idle server B could take more; A's
+    requests come back aborted and the client resubmits them to A (where they wait for continue), not to B."""
+    a, b = [p.url for p in areal_pair]
+
+    async def run():
+        async with SGLangEngine([b, a]) as engine:   # routing: B, A, B, A (fewest in flight, ties to the first)
+            lengths = [3, 150, 3, 150]
+            tasks = [asyncio.create_task(engine.generate(GenerateRequest([6 + i, 85], SamplingParams(
+                max_new_tokens=n, temperature=1.0, ignore_eos=True)))) for i, n in enumerate(lengths)]
+            await asyncio.wait([tasks[0], tasks[2]])         # B is idle now
+            assert not tasks[1].done() and not tasks[3].done()
+            async with httpx.AsyncClient() as raw:
+                (await raw.post(f"{a}/pause_generation", json={"mode": "abort"})).raise_for_status()
+                deadline = time.monotonic() + 30
+                while engine.server_stats()[1]["segments"] < 2 or sum(s["in_flight"] for s in engine.server_stats()) < 2:
+                    assert time.monotonic() < deadline, engine.server_stats()   # A's two aborted answers are in
+                    await asyncio.sleep(0.01)
+                in_flight = [s["in_flight"] for s in engine.server_stats()]
+                while in_flight == [0, 2] and (await raw.get(f"{a}/model_info")).json()["waiting"] < 2:
+                    assert time.monotonic() < deadline, "the resubmissions did not reach A"
+                    await asyncio.sleep(0.01)
+                waiting_on_a = (await raw.get(f"{a}/model_info")).json()["waiting"]
+                (await raw.post(f"{a}/continue_generation", json={})).raise_for_status()
+            return await asyncio.gather(*tasks), in_flight, waiting_on_a, engine.server_stats()
+
+    outputs, in_flight, waiting_on_a, stats = asyncio.run(run())
+    assert in_flight == [0, 2] and waiting_on_a == 2
+    assert [len(o.output_ids) for o in outputs] == [3, 150, 3, 150]
+    assert [o.num_interruptions for o in outputs] == [0, 1, 0, 1]
+    assert [s["segments"] for s in stats] == [2, 4]   # B: 2; A: 2 aborted + 2 resumed segments
+
+
+def test_hung_server_times_out_and_the_request_completes_on_another_server(areal_pair):
+    a, b = areal_pair
+    os.killpg(a.process.pid, signal.SIGSTOP)    # accepts connections (kernel backlog), never answers
+    try:
+        async def run():
+            async with SGLangEngine([a.url, b.url], request_timeout=3.0, backoff=0.05) as engine:
+                params = SamplingParams(max_new_tokens=5, ignore_eos=True)
+                outputs = await asyncio.gather(*(engine.generate(GenerateRequest([6 + i], params)) for i in range(2)))
+                return outputs, engine.server_stats()
+
+        outputs, stats = asyncio.run(run())
+    finally:
+        os.killpg(a.process.pid, signal.SIGCONT)
+    assert [len(o.output_ids) for o in outputs] == [5, 5]
+    assert stats[0]["failures"] == 1 and stats[0]["segments"] == 0
+    assert stats[1]["segments"] == 2
+
+
+def test_cancelled_generate_aborts_the_request_on_the_server(areal_pair):
+    """The server is paused in place with the request in its running batch, where it would stay forever;
+    cancelling the caller's generate() makes the client send /abort_request, and the request leaves."""
+    a = areal_pair[0].url
+
+    async def run():
+        async with SGLangEngine([a]) as engine, httpx.AsyncClient() as raw:
+            task = asyncio.create_task(engine.generate(GenerateRequest([6, 85], SamplingParams(
+                max_new_tokens=250, ignore_eos=True))))
+            deadline = time.monotonic() + 60
+            while not await total_running([a]):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            (await raw.post(f"{a}/pause_generation", json={"mode": "in_place"})).raise_for_status()
+            try:
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                deadline = time.monotonic() + 30
+                while await total_running([a]):
+                    assert time.monotonic() < deadline, "the cancelled request is still on the server"
+                    await asyncio.sleep(0.01)
+            finally:
+                (await raw.post(f"{a}/continue_generation", json={})).raise_for_status()
+
+    asyncio.run(run())
+
+
+BAD_REQUESTS = [  # input_ids, max_new_tokens, the server's 400 message, the client's EngineError message
+    pytest.param([], 4, "input_ids is empty", "input_ids is empty", id="empty-prompt"),
+    pytest.param([6, 100000], 4, "token id 100000 is out of the vocabulary (size ",
+                 "rejected the request: token id 100000 is out of the vocabulary (size ", id="id-above-vocab"),
+    pytest.param([6, -3], 4, "token id -3 is out of the vocabulary", "token id -3 in input_ids is out of the vocabulary",
+                 id="negative-id"),
+    pytest.param([6, 7], 0, "max_new_tokens must be > 0, got 0", "max_new_tokens must be > 0, got 0",
+                 id="zero-max-new-tokens"),
+    pytest.param([6, 7], -2, "max_new_tokens must be > 0, got -2", "max_new_tokens must be > 0, got -2",
+                 id="negative-max-new-tokens"),
+]
+
+
+@pytest.mark.parametrize("ids, max_new_tokens, server_message, client_message", BAD_REQUESTS)
+def test_bad_requests_get_http_400_from_the_server_and_engine_error_from_the_client(
+        areal_pair, ids, max_new_tokens, server_message, client_message):
+    url = areal_pair[0].url
+    response = httpx.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": {
+        "max_new_tokens": max_new_tokens}}, timeout=30)
+    assert response.status_code == 400
+    assert server_message in response.json()["error"]["message"]
+
+    async def through_client():
+        async with SGLangEngine([url]) as engine:
+            with pytest.raises(EngineError) as info:
+                await engine.generate(GenerateRequest(ids, SamplingParams(max_new_tokens=max_new_tokens)))
+            return str(info.value), engine.server_stats()
+
+    error, stats = asyncio.run(through_client())
+    assert client_message in error
+    assert stats[0]["failures"] == 0 and stats[0]["state"] == "up"   # the caller's mistake, not the server's
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+
+
+def test_client_rejects_bad_input_before_sending():
+    async def run():
+        async with SGLangEngine(["http://127.0.0.1:9"], vocab_size=105) as engine:   # nothing listens there
+            for ids, message in [([], "input_ids is empty"), ([6, 105], "expected [0, 105)"),
+                                 ([6, -1], "out of the vocabulary")]:
+                with pytest.raises(EngineError, match=message.replace("[", r"\[").replace(")", r"\)")):
+                    await engine.generate(GenerateRequest(ids, SamplingParams(max_new_tokens=2)))
+            return engine.server_stats()
+
+    assert asyncio.run(run())[0]["segments"] == 0
+    with pytest.raises(EngineError, match="at least one server URL"):
+        SGLangEngine([])
+    with pytest.raises(EngineError, match="must start with http"):
+        SGLangEngine(["127.0.0.1:30000"])
+
+
+def test_update_to_a_missing_checkpoint_is_an_engine_error_and_serving_goes_on(areal_pair, tmp_path):
+    urls = [p.url for p in areal_pair]
+    before = served_model(urls[0])
+
+    async def run():
+        async with SGLangEngine(urls) as engine:
+            with pytest.raises(EngineError, match="is not a directory"):
+                await engine.update_weights(tmp_path / "nothing-here", before[1] + 1)
+            out = await engine.generate(GenerateRequest([6], SamplingParams(max_new_tokens=3, ignore_eos=True)))
+            return out, engine.server_stats()
+
+    out, stats = asyncio.run(run())
+    assert len(out.output_ids) == 3 and out.output_versions == [before[1]] * 3
+    assert all(s["state"] == "up" for s in stats)
+    assert all(served_model(u) == before for u in urls)
+
+
+def test_control_call_drops_an_unreachable_server_and_serving_goes_on(areal_pair):
+    url = areal_pair[0].url
+    dead = f"http://127.0.0.1:{_free_port()}"   # nothing listens there
+
+    async def run():
+        async with SGLangEngine([dead, url], backoff=0.01) as engine:
+            await engine.pause("retract")
+            await engine.resume()
+            out = await engine.generate(GenerateRequest([6], SamplingParams(max_new_tokens=3, ignore_eos=True)))
+            healthy = await engine.health()
+            return out, healthy, engine.server_stats()
+
+    out, healthy, stats = asyncio.run(run())
+    assert len(out.output_ids) == 3 and healthy
+    assert [s["state"] for s in stats] == ["lost", "up"]
+
+
+def test_versions_from_meta_reads_sglang_spans_and_areal_per_token_versions():
+    spans = {"weight_version": "3", "weight_versions": [{"version": "2", "start": 0, "end": 4},
+                                                        {"version": "3", "start": 4, "end": 6}]}
+    assert versions_from_meta(spans, 6) == [2, 2, 2, 2, 3, 3]
+    assert versions_from_meta({"weight_version": "default", "weight_versions": [
+        {"version": "default", "start": 0, "end": 2}]}, 2) == [0, 0]
+    assert versions_from_meta({"weight_version": "5"}, 3) == [5, 5, 5]
+    assert versions_from_meta({**spans, "output_token_weight_versions": [1, 1, 2, 2, 3, 3]}, 6) == [1, 1, 2, 2, 3, 3]
+    with pytest.raises(EngineError, match="is not an integer"):
+        versions_from_meta({"weight_version": "v-abc"}, 1)
+
+
+def test_server_killed_mid_request_the_request_completes_on_another_server(areal_pair):
+    """Server A is SIGKILLed while it generates half of the requests: the client resubmits them to B and every
+    request completes. (Last in the module: the next user of the pair would restart A.)"""
+    a, b = areal_pair
+    prompts = [[6 + i, 85] for i in range(8)]
+
+    async def run():
+        async with SGLangEngine([a.url, b.url], backoff=0.05, down_seconds=300) as engine:
+            params = SamplingParams(max_new_tokens=200, temperature=0.0, ignore_eos=True)
+            tasks = [asyncio.create_task(engine.generate(GenerateRequest(p, params))) for p in prompts]
+            deadline = time.monotonic() + 60
+            while await asyncio.to_thread(running, a.url) < 4:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            a.kill()                      # SIGKILL to the server's process group
+            outputs = await asyncio.gather(*tasks)
+            return outputs, engine.server_stats()
+
+    outputs, stats = asyncio.run(run())
+    assert not a.alive
+    assert all(len(o.output_ids) == 200 and o.finish_reason == "length" for o in outputs)
+    assert stats[0]["failures"] >= 1 and stats[0]["state"] == "down"
+    assert stats[1]["segments"] == len(prompts) and stats[1]["failures"] == 0
+    model_path, _ = served_model(b.url)
+    model = load_model(model_path)
+    for prompt, out in zip(prompts, outputs):   # greedy: the same tokens whichever server produced them
+        ref = reference_logprobs(model, prompt, out.output_ids, 1.0)
+        assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + out.output_ids])).logits[0, len(prompt) - 1:-1]
+        assert out.output_ids == logits.argmax(-1).tolist()
+
+
+def test_sglang_launcher_gives_each_server_its_port_and_gpus():
+    servers = sglang_servers("/models/qwen", 2, base_port=31000, gpus_per_server=2, extra_args=["--tp-size", "2"],
+                             python="/opt/sglang/bin/python", log_dir=None)
+    assert [s.url for s in servers] == ["http://127.0.0.1:31000", "http://127.0.0.1:31001"]
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in servers] == ["0,1", "2,3"]
+    assert servers[1].command == ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/qwen",
+                                  "--host", "127.0.0.1", "--port", "31001", "--weight-version", "0", "--tp-size", "2"]
+    with pytest.raises(EngineError, match="need 4 GPU ids, got 3"):
+        sglang_servers("/models/qwen", 2, gpus_per_server=2, gpu_ids=[0, 1, 2])
+
+
+def test_sglang_launcher_reports_a_server_that_cannot_start_with_its_log(tmp_path):
+    """This interpreter has no SGLang: the real process exits at once and the error quotes its log."""
+    with pytest.raises(EngineError) as info:
+        launch_sglang_servers(tmp_path, 1, base_port=_free_port(), gpus_per_server=0, python=sys.executable,
+                              log_dir=tmp_path / "logs", startup_timeout=60)
+    message = str(info.value)
+    assert "exited with code 1 while starting" in message and "No module named 'sglang'" in message
