@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Set up the virtualenv and run the main job.
+# Set up the virtualenv and run the main job: `areal train` with no arguments, the CPU demo (tiny embedded
+# model, supervised warm-up, asynchronous decoupled PPO on 3-digit addition, held-out accuracy before/after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/areal plugins
-.venv/bin/areal tasks
-.venv/bin/areal score --reward arithmetic --input examples/arithmetic_responses.jsonl --output runs/demo/scored.jsonl
+exec .venv/bin/areal train "$@"

@@ -41,7 +41,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    backend: Literal["server", "local", "sglang"] = "server"
+    backend: Literal["server", "local", "sglang"] = "local"
     servers: int = 1                  # server: number of `areal serve` processes to start
     urls: list[str] = field(default_factory=list)   # sglang: servers already running (else launched)
     launch_args: list[str] = field(default_factory=list)  # sglang: extra launch_server arguments
@@ -66,7 +66,7 @@ class TrainConfig:
     output_dir: str = "runs"
     task: str = "arithmetic"
     eval_task: str | None = "arithmetic-test"
-    steps: int = 120
+    steps: int = 200
     seed: int = 0
     data_dir: str | None = None
     reward_options: dict[str, Any] = field(default_factory=dict)  # merged over the task's reward options

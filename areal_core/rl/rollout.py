@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class RolloutConfig:
     batch_size: int = 32            # prompts per training step (B)
-    group_size: int = 8             # responses per prompt (n)
-    max_staleness: int = 4          # eta; 0 with weight_update=wait is the synchronous baseline
+    group_size: int = 16            # responses per prompt (n)
+    max_staleness: int = 1          # eta; 0 with weight_update=wait is the synchronous baseline
     weight_update: str = "interrupt"  # interrupt: pause, load, continue; wait: let in-flight requests finish first
     temperature: float = 1.0
     top_p: float = 1.0
