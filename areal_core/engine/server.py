@@ -196,8 +196,31 @@ def build_app(engine: LocalEngine) -> FastAPI:
     return app
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """A server launched by a training run (it sets AREAL_PARENT_PID) must not outlive it, even when the
+    run is killed with SIGKILL: poll the parent and exit when it is gone."""
+    import os
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="areal-parent-watch", daemon=True).start()
+
+
 def serve(model_path: str, host: str = "127.0.0.1", port: int = 30000, **engine_options: Any) -> None:
+    import os
+
     import uvicorn
+
+    if os.environ.get("AREAL_PARENT_PID"):
+        _exit_with_parent(int(os.environ["AREAL_PARENT_PID"]))
 
     engine = LocalEngine(model_path, **engine_options)
     uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")

@@ -220,7 +220,7 @@ class Engines:
                     s.bind(("127.0.0.1", 0))
                     port = s.getsockname()[1]
                 log = str(self.run_dir / f"engine-{i}.log")
-                env = {"OMP_NUM_THREADS": str(config.torch_threads)}
+                env = {"OMP_NUM_THREADS": str(config.torch_threads), "AREAL_PARENT_PID": str(os.getpid())}
                 if config.backend == "server":
                     process = ServerProcess.areal(str(self.model_dir), port, log_path=log, env=env, extra_args=[
                         "--torch-threads", str(config.torch_threads),

@@ -73,7 +73,12 @@ class RolloutController:
         self.reward_options = {**task.spec.reward.options, **(reward_options or {})}
         self.version = 0
         self.submitted = start_prompt
-        self.buffer: asyncio.Queue[Group] = asyncio.Queue()
+        # Finished groups by prompt number. Batch k is prompts [kB, (k+1)B): consuming batches in admission
+        # order is what makes the staleness bound strict (a prompt of batch k started at version >= k - eta),
+        # while later batches keep generating during the wait for a straggler.
+        self.finished: dict[int, Group] = {}
+        self._finished_changed = asyncio.Condition()
+        self.batches_taken = start_prompt // config.batch_size
         self.in_flight: set[asyncio.Task] = set()
         self.dropped = Counter()
         self._version_changed = asyncio.Condition()
@@ -180,7 +185,9 @@ class RolloutController:
             trajectories.append(trajectory)
             if self.on_trajectory:
                 self.on_trajectory(trajectory)
-        await self.buffer.put(Group(group_id, str(sample["id"]), trajectories, dropped, version))
+        async with self._finished_changed:
+            self.finished[number] = Group(group_id, str(sample["id"]), trajectories, dropped, version)
+            self._finished_changed.notify_all()
 
     async def _generate(self, prompt: list[int], number: int, index: int) -> GenerateOutput:
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
@@ -188,8 +195,14 @@ class RolloutController:
         return await self.engine.generate(GenerateRequest(prompt, params, rid=f"p{number}.{index}"))
 
     async def next_batch(self) -> list[Group]:
-        """The next B finished groups (in completion order)."""
-        return [await self.buffer.get() for _ in range(self.config.batch_size)]
+        """The next batch: the B groups of prompts [kB, (k+1)B) for the k-th batch, once all have finished."""
+        size = self.config.batch_size
+        numbers = range(self.batches_taken * size, (self.batches_taken + 1) * size)
+        async with self._finished_changed:
+            await self._finished_changed.wait_for(lambda: all(n in self.finished for n in numbers))
+            batch = [self.finished.pop(n) for n in numbers]
+        self.batches_taken += 1
+        return batch
 
 
 def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dict[int, int]:
