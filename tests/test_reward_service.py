@@ -20,6 +20,7 @@ from areal_core.reward_service import (
 )
 from areal_core.rewards import call_reward
 from areal_core.types import RewardRequest
+from support import process_is_running
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -304,12 +305,3 @@ def test_reward_workers_die_with_the_process_that_started_them(plugin_dirs, tmp_
         assert not process_is_running(worker)
     finally:
         owner.kill()
-
-
-def process_is_running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"

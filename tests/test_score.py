@@ -7,6 +7,7 @@ import pytest
 from areal_core.plugins import reset_plugin_manager
 from areal_core.reward_pool import RewardPool
 from areal_core.types import RewardRequest
+from support import process_is_running
 
 
 def write_rows(path, rows):
@@ -121,15 +122,6 @@ def test_pool_timeout_kills_processes_the_reward_started(testkit_in_process, tmp
         time.sleep(0.05)
     assert not process_is_running(child)
 
-
-def process_is_running(pid):
-    """True while `pid` exists and is not a zombie (an orphan may wait a moment to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_pool_runs_requests_in_parallel_and_returns_them_in_order(testkit_in_process):

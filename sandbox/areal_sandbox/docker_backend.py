@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from areal_sandbox.errors import DockerUnavailableError, ImageMissingError, SandboxError
-from areal_sandbox.image import SANDBOX_UID, SUPERVISOR_CMD, harness_hash, image_harness
+from areal_sandbox.image import SANDBOX_UID, SUPERVISOR_CMD, WORK_DIR, harness_hash, image_harness
 from areal_sandbox.types import Execution, ExecutionResult, SandboxConfig, TestVerdict
 
 LABEL = "areal.sandbox"
@@ -70,7 +70,7 @@ def container_options(config: SandboxConfig, pool_id: str = "") -> tuple[dict[st
     host = dict(
         network_mode="none",
         read_only=True,
-        tmpfs={"/work": f"size={config.workdir_mb}m,{tmpfs_opts}", "/tmp": f"size={config.tmp_mb}m,{tmpfs_opts}"},
+        tmpfs={WORK_DIR: f"size={config.workdir_mb}m,{tmpfs_opts}", "/tmp": f"size={config.tmp_mb}m,{tmpfs_opts}"},
         shm_size=config.shm_mb * mib,
         ipc_mode="private",
         mem_limit=memory,
@@ -85,7 +85,7 @@ def container_options(config: SandboxConfig, pool_id: str = "") -> tuple[dict[st
     )
     create = dict(
         user=f"{SANDBOX_UID}:{SANDBOX_UID}",
-        working_dir="/work",
+        working_dir=WORK_DIR,
         stdin_open=True,  # with detach=False this also sets StdinOnce
         tty=False,
         network_disabled=True,

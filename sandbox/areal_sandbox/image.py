@@ -34,6 +34,7 @@ HARNESS_FILES = ("__init__.py", "compare.py", "prepare.py", "runner.py", "superv
 IMAGE_HARNESS_DIR = "/opt/areal/harness"
 IMAGE_PYTHON_PREFIX = "/opt/python"
 SANDBOX_UID = 10001
+WORK_DIR = "/work"  # the writable tmpfs the program runs in, inside the container
 PYTHON_LINK = "/usr/local/bin/python3"
 SUPERVISOR_CMD = [PYTHON_LINK, "-I", "-B", f"{IMAGE_HARNESS_DIR}/supervisor.py"]
 DEFAULT_EXTRA_PACKAGES = ("sortedcontainers",)
@@ -192,9 +193,9 @@ def assemble_rootfs(root: Path, python: str = sys.executable,
     stdlib_dest = f"{prefix}/lib/python{version}"
     log(f"interpreter {info['executable']} (Python {info['full_version']})")
 
-    for d in ("/bin", "/dev", "/etc", "/proc", "/sys", "/tmp", "/work", "/usr/local/bin", f"{prefix}/bin",
+    for d in ("/bin", "/dev", "/etc", "/proc", "/sys", "/tmp", WORK_DIR, "/usr/local/bin", f"{prefix}/bin",
               f"{prefix}/lib", IMAGE_HARNESS_DIR):
-        fs.mkdir(d, 0o1777 if d in ("/tmp", "/work") else 0o755)
+        fs.mkdir(d, 0o1777 if d in ("/tmp", WORK_DIR) else 0o755)
     fs.copy_file(info["executable"], f"{prefix}/bin/python{version}")
     fs.symlink(f"python{version}", f"{prefix}/bin/python3")
     fs.symlink(f"python{version}", f"{prefix}/bin/python")

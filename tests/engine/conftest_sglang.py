@@ -17,6 +17,7 @@ import torch
 
 from areal_core.engine.protocol import GenerateRequest
 from areal_core.engine.sglang_client import ServerProcess
+from engine_checks import reference_logprobs  # noqa: F401  (re-exported for the test modules)
 
 REPO = Path(__file__).resolve().parents[2]
 SHIM = Path(__file__).resolve().parent / "sglang_cpu_shim"
@@ -30,15 +31,6 @@ def _free_port() -> int:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.free_port()
-
-
-def reference_logprobs(model, prompt: list[int], output: list[int], temperature: float) -> torch.Tensor:
-    """What a trainer computes: log softmax(logits / T) of each output token from one full forward pass."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + output])).logits[0].float()
-    t = temperature if temperature > 0 else 1.0
-    logprobs = torch.log_softmax(logits / t, dim=-1)[len(prompt) - 1:-1]
-    return logprobs.gather(1, torch.tensor(output)[:, None])[:, 0]
 
 
 class ArealServers:

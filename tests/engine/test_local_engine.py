@@ -9,16 +9,7 @@ from areal_core.engine.local import LocalEngine
 from areal_core.engine.model import load_model
 from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
 
-LOGPROB_TOLERANCE = 1e-4  # float32 on CPU; observed differences are ~1e-6
-
-
-def reference_logprobs(model, prompt, output, temperature):
-    """What a trainer computes: log softmax(logits / T) of each output token, one full forward pass."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + output])).logits[0].float()
-    t = temperature if temperature > 0 else 1.0
-    logprobs = torch.log_softmax(logits / t, dim=-1)[len(prompt) - 1:-1]
-    return logprobs.gather(1, torch.tensor(output)[:, None])[:, 0]
+from engine_checks import LOGPROB_TOLERANCE, assert_continued_with_new_weights, reference_logprobs
 
 
 def test_slotted_decoder_matches_model_forward_for_prefill_and_decode(tiny_model):
@@ -133,18 +124,7 @@ def test_interrupted_generation_continues_with_new_weights_and_versions(tiny_mod
             return prompts, await asyncio.gather(*tasks), engine
 
     prompts, outputs, engine = asyncio.run(run())
-    old, new = load_model(tiny_model), load_model(tiny_model_v1)
-    for prompt, out in zip(prompts, outputs):
-        assert len(out.output_ids) == 100 and out.num_interruptions == 1
-        cut = out.output_versions.index(1)
-        assert 5 <= cut < 100
-        assert out.output_versions == [0] * cut + [1] * (100 - cut)
-        lp = torch.tensor(out.output_logprobs)
-        ref_old = reference_logprobs(old, prompt, out.output_ids, 1.0)
-        ref_new = reference_logprobs(new, prompt, out.output_ids, 1.0)
-        assert torch.allclose(lp[:cut], ref_old[:cut], atol=LOGPROB_TOLERANCE)
-        assert torch.allclose(lp[cut:], ref_new[cut:], atol=LOGPROB_TOLERANCE)
-        assert not torch.allclose(lp[cut:], ref_old[cut:], atol=LOGPROB_TOLERANCE)
+    assert_continued_with_new_weights(prompts, outputs, tiny_model, tiny_model_v1, 0, 1, 100, min_cut=5)
 
 
 def test_pause_abort_ends_requests_with_partial_output(tiny_model):

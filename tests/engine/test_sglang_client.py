@@ -21,8 +21,8 @@ from areal_core.engine.sglang_client import SGLangEngine, launch_sglang_servers,
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
 from conftest_sglang import _free_port, reference_logprobs, start_mid_generation  # noqa: E402
+from engine_checks import LOGPROB_TOLERANCE, assert_continued_with_new_weights  # noqa: E402
 
-LOGPROB_TOLERANCE = 1e-4
 
 
 def served_model(url: str) -> tuple[str, int]:
@@ -92,19 +92,7 @@ def test_pause_update_continue_completes_every_request_with_new_versions_and_log
     outputs, info = asyncio.run(run())
     assert info["weight_version"] == new_version
     assert all(served_model(u) == (new_path, new_version) for u in urls)
-    old, new = load_model(old_path), load_model(new_path)
-    for prompt, out in zip(prompts, outputs):
-        assert len(out.output_ids) == n and out.finish_reason == "length"
-        assert out.num_interruptions == 1
-        cut = out.output_versions.index(new_version)
-        assert 1 <= cut < n
-        assert out.output_versions == [old_version] * cut + [new_version] * (n - cut)
-        lp = torch.tensor(out.output_logprobs)
-        ref_old = reference_logprobs(old, prompt, out.output_ids, 1.0)
-        ref_new = reference_logprobs(new, prompt, out.output_ids, 1.0)
-        assert torch.allclose(lp[:cut], ref_old[:cut], atol=LOGPROB_TOLERANCE)
-        assert torch.allclose(lp[cut:], ref_new[cut:], atol=LOGPROB_TOLERANCE)
-        assert not torch.allclose(lp[cut:], ref_old[cut:], atol=LOGPROB_TOLERANCE)
+    assert_continued_with_new_weights(prompts, outputs, old_path, new_path, old_version, new_version, n)
 
 
 def test_resubmitted_request_goes_back_to_its_server(areal_pair):

@@ -21,6 +21,7 @@ from areal_core.engine.sglang_client import SGLangEngine
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
 from conftest_sglang import reference_logprobs, start_mid_generation  # noqa: E402
+from engine_checks import assert_continued_with_new_weights  # noqa: E402
 
 SGLANG_LOGPROB_TOLERANCE = 1e-4
 
@@ -100,19 +101,8 @@ def test_sglang_pause_update_weights_from_disk_continue_gives_per_token_versions
 
     outputs, (old_path, old_version), (new_path, new_version), after = asyncio.run(run())
     assert after == (new_path, new_version)
-    old, new = load_model(old_path), load_model(new_path)
-    for prompt, out in zip(prompts, outputs):
-        assert len(out.output_ids) == n and out.finish_reason == "length"
-        assert out.num_interruptions == 1
-        cut = out.output_versions.index(new_version)
-        assert 1 <= cut < n
-        assert out.output_versions == [old_version] * cut + [new_version] * (n - cut)
-        lp = torch.tensor(out.output_logprobs)
-        ref_old = reference_logprobs(old, prompt, out.output_ids, 1.0)
-        ref_new = reference_logprobs(new, prompt, out.output_ids, 1.0)
-        assert torch.allclose(lp[:cut], ref_old[:cut], atol=SGLANG_LOGPROB_TOLERANCE)
-        assert torch.allclose(lp[cut:], ref_new[cut:], atol=SGLANG_LOGPROB_TOLERANCE)
-        assert not torch.allclose(lp[cut:], ref_old[cut:], atol=SGLANG_LOGPROB_TOLERANCE)
+    assert_continued_with_new_weights(prompts, outputs, old_path, new_path, old_version, new_version, n,
+                                      tolerance=SGLANG_LOGPROB_TOLERANCE)
 
 
 def test_sglang_rejections_become_engine_errors_and_the_server_stays_up(sglang_server, tmp_path):

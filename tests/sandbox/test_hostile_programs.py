@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from areal_sandbox import Execution
+from areal_sandbox.image import WORK_DIR
 from sandbox_support import assert_host_clean, settle
 
 HONEST = Execution(mode="function", program="def f(x):\n    return x + 1\n", tests=("assert f(1) == 2",))
@@ -83,7 +84,7 @@ def test_stdout_flood_gets_output_limit_quickly(pool, docker_engine):
 
 def test_disk_fill_stops_at_the_tmpfs_size(pool, docker_engine):
     program = ("import os\ni = 0\nwhile True:\n"
-               "    with open(f'/work/fill{i}', 'wb') as f:\n        f.write(b'x' * (1 << 20))\n    i += 1\n")
+               f"    with open(f'{WORK_DIR}/fill{{i}}', 'wb') as f:\n        f.write(b'x' * (1 << 20))\n    i += 1\n")
     result = run_hostile(pool, program)
     assert verdicts(result) == {"runtime_error"}
     assert "No space left" in result.tests[0].message

@@ -12,6 +12,7 @@ import pytest
 
 from areal_sandbox import DockerUnavailableError, Execution, ImageMissingError, SandboxConfig, open_sandbox
 from areal_sandbox.docker_backend import docker_client, list_containers
+from areal_sandbox.image import WORK_DIR
 from sandbox_support import assert_host_clean, settle
 
 
@@ -42,7 +43,7 @@ def test_root_filesystem_is_read_only_and_only_tmpfs_is_writable(pool):
     facts = probe(pool, textwrap.dedent("""
         import json
         out = {}
-        for path in ("/usr/areal", "/opt/areal/harness/runner.py", "/etc/passwd", "/work/ok", "/tmp/ok", "/dev/shm/ok"):
+        for path in ("/usr/areal", "/opt/areal/harness/runner.py", "/etc/passwd", "WORK/ok", "/tmp/ok", "/dev/shm/ok"):
             try:
                 with open(path, "a") as f:
                     f.write("x")
@@ -50,11 +51,11 @@ def test_root_filesystem_is_read_only_and_only_tmpfs_is_writable(pool):
             except OSError as exc:
                 out[path] = exc.strerror
         print(json.dumps(out))
-    """))
+    """).replace("WORK", WORK_DIR))
     assert facts["/usr/areal"] == "Read-only file system"
     assert facts["/opt/areal/harness/runner.py"] in ("Read-only file system", "Permission denied")
     assert facts["/etc/passwd"] in ("Read-only file system", "Permission denied")
-    assert facts["/work/ok"] == facts["/tmp/ok"] == facts["/dev/shm/ok"] == "written"
+    assert facts[f"{WORK_DIR}/ok"] == facts["/tmp/ok"] == facts["/dev/shm/ok"] == "written"
 
 
 def test_the_host_environment_never_reaches_the_program(pool, monkeypatch):
@@ -124,17 +125,17 @@ def test_the_supervisor_is_out_of_reach_of_the_program(pool):
 
 def test_each_execution_starts_with_empty_work_directories(pool):
     writer = Execution(mode="function", program=textwrap.dedent("""
-        for path in ("/work/left", "/tmp/left", "/dev/shm/left"):
+        for path in ("WORK/left", "/tmp/left", "/dev/shm/left"):
             open(path, "w").write("x")
         import os
-        os.makedirs("/work/deep/er", exist_ok=True)
-        os.chmod("/work/deep", 0o500)
+        os.makedirs("WORK/deep/er", exist_ok=True)
+        os.chmod("WORK/deep", 0o500)
         def f():
             return 1
-    """), tests=("assert f() == 1",))
+    """).replace("WORK", WORK_DIR), tests=("assert f() == 1",))
     assert pool.run(writer).passed
     reader = Execution(mode="function",
-                       program="import os\nleft = os.listdir('/work') + os.listdir('/tmp') + os.listdir('/dev/shm')\n",
+                       program=f"import os\nleft = os.listdir('{WORK_DIR}') + os.listdir('/tmp') + os.listdir('/dev/shm')\n",
                        tests=("assert left == [], left",))
     result = pool.run(reader)
     assert result.passed, result
