@@ -168,6 +168,19 @@ def test_generated_arithmetic_task_is_deterministic_and_heldout_is_disjoint():
     assert test[0]["reference"] == str(int(a) + int(b)).zfill(4)[::-1]
 
 
+def test_longtail_arithmetic_has_long_tailed_answer_lengths_and_distinct_heldout_problems():
+    registry = task_registry()
+    train = Task(registry.get("arithmetic-longtail")).samples()
+    test = Task(registry.get("arithmetic-longtail-test")).samples()
+    lengths = sorted(len(s["reference"]) for s in train)
+    assert lengths[len(lengths) // 2] <= 4 and lengths[-1] >= 12  # median short, tail long
+    assert len({s["id"] for s in test}) == len(test) == 500
+    assert not {s["id"] for s in train} & {s["id"] for s in test}
+    for sample in test[:50]:
+        a, b = sample["question"].rstrip("=").split("+")
+        assert len(a) == len(b) and sample["reference"] == str(int(a) + int(b)).zfill(len(a) + 1)[::-1]
+
+
 def test_tasks_cli_lists_tasks_and_shows_first_prompt(areal, tmp_path, data_dir):
     write(tmp_path, "gsm8k.yaml", GSM8K_SPEC)
     listing = areal("--data-dir", str(data_dir), "--tasks-dir", str(tmp_path), "tasks", "--json")

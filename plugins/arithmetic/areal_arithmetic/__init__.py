@@ -32,8 +32,13 @@ def format_answer(value: int, reverse: bool, width: int = 0) -> str:
 
 
 def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answer: bool = True,
-             split: str = "train", heldout_fraction: float = 0.05, fixed_width: bool = False) -> Iterator[dict[str, Any]]:
+             split: str = "train", heldout_fraction: float = 0.05, fixed_width: bool = False,
+             max_digits: int | None = None) -> Iterator[dict[str, Any]]:
     """Yield `size` problems `a op b =` with a, b drawn uniformly from [0, 10**digits).
+
+    max_digits: draw each problem's digit count from `digits` + a geometric tail (P(d+1) = P(d) / 2),
+    truncated at `max_digits`: most answers are short, a few are long, the long-tailed response lengths
+    of real reasoning tasks in miniature (the async-vs-sync benchmark uses it).
 
     split: "train" or "test"; test problems are the `heldout_fraction` of all pairs that train never uses.
     fixed_width: write operands with leading zeros and the answer zero-padded to its largest width
@@ -44,21 +49,30 @@ def generate(seed: int, size: int, digits: int = 3, ops: str = "+", reverse_answ
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if digits < 1 or digits > 18:
         raise ValueError(f"digits must be between 1 and 18, got {digits}")
+    if max_digits is not None and not digits <= max_digits <= 18:
+        raise ValueError(f"max_digits must be between digits ({digits}) and 18, got {max_digits}")
     unknown = set(ops) - set(_OPS)
     if not ops or unknown:
         raise ValueError(f"ops must be made of {''.join(_OPS)}, got {ops!r}")
     rng = random.Random(f"areal-arithmetic:{seed}:{split}")
-    produced = 0
+    produced, seen = 0, set()
     while produced < size:
         op = rng.choice(ops)
-        a, b = rng.randrange(10**digits), rng.randrange(10**digits)
+        size_digits = digits
+        while max_digits is not None and size_digits < max_digits and rng.random() < 0.5:
+            size_digits += 1
+        a, b = rng.randrange(10**size_digits), rng.randrange(10**size_digits)
         if op == "-" and a < b:
             a, b = b, a
         if _is_heldout(a, op, b, heldout_fraction) != (split == "test"):
             continue
+        if split == "test":  # a held-out set counts each problem once
+            if (a, op, b) in seen:
+                continue
+            seen.add((a, op, b))
         produced += 1
-        width = (2 * digits if op == "*" else digits + 1) if fixed_width else 0
-        shown = (str(a).zfill(digits), str(b).zfill(digits)) if fixed_width else (str(a), str(b))
+        width = (2 * size_digits if op == "*" else size_digits + 1) if fixed_width else 0
+        shown = (str(a).zfill(size_digits), str(b).zfill(size_digits)) if fixed_width else (str(a), str(b))
         yield {
             "id": f"{a}{op}{b}",
             "question": f"{shown[0]}{op}{shown[1]}=",
@@ -93,16 +107,16 @@ def register_generators(register):
     register("arithmetic", generate)
 
 
-def _task(name: str, description: str, split: str, size: int, seed: int) -> dict[str, Any]:
+def _task(name: str, description: str, split: str, size: int, seed: int, **options: Any) -> dict[str, Any]:
     return {
         "name": name,
         "description": description,
         "dataset": {"generator": "arithmetic", "seed": seed, "size": size,
                     "options": {"digits": 3, "ops": "+", "reverse_answer": True, "fixed_width": True,
-                                "split": split}},
+                                "split": split, **options}},
         "prompt": {"template": "{{ question }}"},
         "reward": {"name": "arithmetic"},
-        "eval": {"n": 1, "k": [1], "temperature": 0.0, "max_new_tokens": 8},
+        "eval": {"n": 1, "k": [1], "temperature": 0.0, "max_new_tokens": 20 if "max_digits" in options else 8},
     }
 
 
@@ -110,3 +124,8 @@ def _task(name: str, description: str, split: str, size: int, seed: int) -> dict
 def register_tasks(register):
     register(_task("arithmetic", "3-digit addition, zero-padded, answer digits reversed (training split)", "train", 20000, 0))
     register(_task("arithmetic-test", "3-digit addition, zero-padded, answer digits reversed (held-out split)", "test", 500, 0))
+    longtail = {"digits": 2, "max_digits": 16}
+    register(_task("arithmetic-longtail", "2- to 16-digit addition, digit count long-tailed (P(d+1) = P(d)/2), "
+                   "answer reversed (training split)", "train", 20000, 0, **longtail))
+    register(_task("arithmetic-longtail-test", "2- to 16-digit addition, long-tailed digit count, answer reversed "
+                   "(held-out split)", "test", 500, 0, **longtail))
