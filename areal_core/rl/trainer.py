@@ -1,14 +1,13 @@
 """The trainer: decoupled PPO over batches of trajectories, with dynamic micro-batching.
 
-`LocalTrainer` is one torch process. Any trainer backend (the FSDP one included) implements
-`TrainerBackend`, so the training loop does not care which one runs.
+Two backends implement `TrainerBackend`, so the training loop does not care which one runs:
+`LocalTrainer` (one torch process) and `FSDPTrainer` (areal_core/rl/fsdp.py: FSDP2 ranks under torchrun).
+Both run the same step, `PPOLearner.train_step`; the FSDP ranks each take a balanced share of every
+minibatch's micro-batches. `create_trainer` picks the backend named in the config.
 """
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +15,28 @@ from typing import Any, Literal, Protocol, Sequence
 
 import torch
 
+from areal_core.errors import ArealError
 from areal_core.rl.algorithms import (
     AdvantageEstimator,
+    PPOStats,
+    balance_microbatches,
     decoupled_ppo_loss,
     group_advantages,
     pack_microbatches,
     padding_fraction,
 )
+from areal_core.rl.checkpoint import (
+    atomic_directory,
+    check_model_keys,
+    read_checkpoint,
+    write_checkpoint,
+    write_model_files,
+)
 from areal_core.types import Trajectory
+
+
+class TrainerError(ArealError):
+    """The trainer cannot run: its worker processes died, did not answer, or were misconfigured."""
 
 
 @dataclass
@@ -50,17 +63,44 @@ class TrainerConfig:
     micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
     micro_batch_size: int = 16          # fixed: sequences per micro-batch
     dtype: str = "float32"
-    device: str = "cpu"
+    device: str = "cpu"                 # fsdp: "cuda" gives each rank its local GPU (NCCL); "cpu" uses gloo
+    fsdp_processes: int = 2             # fsdp: ranks torchrun starts on this machine (--nproc-per-node)
+    torchrun_args: list[str] = field(default_factory=list)  # fsdp: extra torchrun arguments, e.g. multi-node
+    #                                     rendezvous (--nnodes 2 --node-rank 0 --rdzv-endpoint HOST:PORT);
+    #                                     empty: --standalone. Rank 0 must run on the controller's machine.
+    fsdp_threads_per_process: int = 1   # fsdp: torch / OpenMP threads of each rank
+    fsdp_timeout_s: float = 1800.0      # fsdp: longest wait for the ranks to start, or to finish one request
 
 
 class TrainerBackend(Protocol):
-    version: int
+    version: int    # policy version: the number of optimisation steps taken since the initial weights
+    tokenizer: Any
 
     def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
         """One optimisation step on a batch; returns metrics."""
 
     def publish(self, directory: str | Path) -> Path:
         """Write the current weights (safetensors + config) where generation servers can load them."""
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Write weights, optimizer and scheduler state, RNG states and the version, atomically."""
+
+    def load_checkpoint(self, directory: str | Path) -> int:
+        """Restore a checkpoint written by either backend; returns its version."""
+
+    def close(self) -> None:
+        """Release processes and other resources; the trainer is unusable afterwards."""
+
+
+def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0) -> TrainerBackend:
+    """The backend named by `config.backend`, loaded from the HF model directory `model_path`."""
+    if config.backend == "local":
+        return LocalTrainer(model_path, config, total_steps, version)
+    if config.backend == "fsdp":
+        from areal_core.rl.fsdp import FSDPTrainer
+
+        return FSDPTrainer(model_path, config, total_steps, version)
+    raise TrainerError(f"trainer.backend {config.backend!r} is not a trainer backend; expected 'local' or 'fsdp'")
 
 
 def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: torch.Tensor,
@@ -89,6 +129,13 @@ class _MicroBatch:
 
 def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], advantages: torch.Tensor,
                      pad_id: int, device: torch.device) -> _MicroBatch:
+    if not indices:
+        # A data-parallel rank with fewer sequences than micro-batches still runs every forward and backward
+        # pass (the FSDP collectives must line up): one row of two padding tokens, no response token, so its
+        # loss and gradient are exactly zero.
+        return _MicroBatch(torch.full((1, 2), pad_id, dtype=torch.long, device=device),
+                           torch.ones((1, 2), dtype=torch.long, device=device), torch.zeros((1, 1), device=device),
+                           torch.zeros((1, 1), device=device), torch.zeros(1, device=device), [])
     seqs = [trajectories[i].prompt_token_ids + trajectories[i].output_token_ids for i in indices]
     width = max(len(s) for s in seqs)
     n = len(indices)
@@ -119,6 +166,246 @@ def lr_factor(step: int, config: TrainerConfig, total_steps: int) -> float:
     return 1.0 - progress
 
 
+def plan_minibatches(trajectories: Sequence[Trajectory], config: TrainerConfig, version: int) -> list[list[list[int]]]:
+    """Minibatches (one optimizer step each; a random split of the batch, seeded by the policy version so
+    every backend and every rank draws the same) of micro-batches (one forward/backward each: packed under
+    the token budget, or a fixed number of sequences)."""
+    lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
+    order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(version)).tolist()
+    n_mini = max(1, min(config.ppo_minibatches, len(trajectories)))
+    plan = []
+    for members in (order[k::n_mini] for k in range(n_mini)):
+        if config.microbatching == "packed":
+            micro = pack_microbatches([lengths[i] for i in members], config.micro_batch_tokens)
+            plan.append([[members[j] for j in mb] for mb in micro])
+        else:
+            size = config.micro_batch_size
+            plan.append([members[i: i + size] for i in range(0, len(members), size)])
+    return plan
+
+
+def rank_share(plan: list[list[list[int]]], lengths: Sequence[int], rank: int, ranks: int) -> list[list[list[int]]]:
+    """The micro-batches data-parallel `rank` of `ranks` runs, per minibatch: every rank the same number
+    (an empty micro-batch where there is too little to split), with similar token loads."""
+    if ranks == 1:
+        return plan
+    return [balance_microbatches(minibatch, lengths, ranks)[rank] for minibatch in plan]
+
+
+class DataParallel:
+    """Where this process sits among the data-parallel trainer processes: rank 0 of 1 for the local
+    trainer; a torch.distributed process group for the FSDP ranks."""
+
+    def __init__(self, rank: int = 0, size: int = 1, device: torch.device | None = None, group: Any = None) -> None:
+        self.rank, self.size, self.group = rank, size, group
+        self.device = device or torch.device("cpu")
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over the ranks."""
+        if self.size == 1:
+            return list(values)
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, group=self.group)
+        return tensor.tolist()
+
+    def min_max(self, value: float) -> tuple[float, float]:
+        """(least, largest) of `value` over the ranks."""
+        if self.size == 1:
+            return value, value
+        import torch.distributed as dist
+
+        tensor = torch.tensor([-value, value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
+        return -tensor[0].item(), tensor[1].item()
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip the gradients to a global L2 norm of `max_norm`; returns the norm before clipping. Under FSDP
+    the gradients are shards (DTensors) and the norm is reduced over all ranks."""
+    total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    full_tensor = getattr(total, "full_tensor", None)  # a DTensor under FSDP2
+    return float(full_tensor() if full_tensor is not None else total)
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class PPOLearner:
+    """Model, reference model, AdamW and LR schedule, and the decoupled PPO step, in one of `dp.size`
+    data-parallel processes. The local trainer holds one with a plain model; each FSDP rank holds one with
+    a sharded model. The step's arithmetic is the same, so both reach the same weights on the same data."""
+
+    def __init__(self, model: torch.nn.Module, reference: torch.nn.Module | None, config: TrainerConfig,
+                 total_steps: int, version: int, pad_id: int, dp: DataParallel | None = None) -> None:
+        self.model, self.reference, self.config, self.version, self.pad_id = model, reference, config, version, pad_id
+        self.dp = dp or DataParallel(device=torch.device(config.device))
+        self.device = self.dp.device
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: lr_factor(step, config, total_steps))
+
+    def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor, ref: torch.Tensor | None, temperature: float,
+                         mini_tokens: float, mini_sequences: int) -> tuple[torch.Tensor, PPOStats, torch.Tensor, float]:
+        """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
+        rank, so the shares add up to the minibatch loss): (loss, PPOStats, entropy [n, L-1], KL term)."""
+        config = self.config
+        logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)
+        loss, stats = decoupled_ppo_loss(
+            logprobs, prox, mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
+            eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
+            behav_cap_mode=config.behav_cap_mode, aggregation=config.aggregation,
+            normaliser=mini_tokens if config.aggregation == "token" else None)
+        if config.aggregation == "sequence":
+            loss = loss * len(mb.indices) / mini_sequences
+        kl_value = 0.0
+        if ref is not None:
+            # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
+            delta = ref - logprobs
+            kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / mini_tokens
+            loss = loss + config.kl_coef * kl
+            kl_value = kl.item()
+        return loss, stats, entropy, kl_value
+
+    def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
+        if not trajectories:
+            raise ValueError("train_step needs at least one trajectory")
+        started = time.perf_counter()
+        config, dp = self.config, self.dp
+        rewards = torch.tensor([t.reward.score for t in trajectories])
+        advantages = group_advantages(rewards, [t.group_id for t in trajectories], config.advantage)
+        plan = plan_minibatches(trajectories, config, self.version)
+        lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
+        mine = rank_share(plan, lengths, dp.rank, dp.size)
+        batches = [[build_microbatch(trajectories, g, advantages, self.pad_id, self.device) for g in minibatch]
+                   for minibatch in mine]
+        total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
+
+        # pi_prox: the trainer's current weights, before this step's update.
+        prox: list[list[torch.Tensor]] = []
+        ref: list[list[torch.Tensor | None]] = []
+        with torch.no_grad():
+            self.model.eval()
+            for minibatch in batches:
+                prox.append([sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)[0]
+                             if config.decoupled else mb.behav for mb in minibatch])
+                ref.append([sequence_logprobs(self.reference, mb.tokens, mb.attention, temperature)[0]
+                            if self.reference is not None else None for mb in minibatch])
+            self.model.train()
+
+        keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction", "entropy")
+        sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
+        grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
+        # One optimizer step per minibatch. pi_prox stays the policy at the start of the step, so later
+        # minibatches see ratios != 1 and the clipping applies.
+        n_mini = len(plan)
+        for m, members in enumerate(plan):
+            # Normalisers count the whole minibatch (all ranks' micro-batches), so each rank's losses are its
+            # share of the one minibatch loss.
+            mini_tokens = max(1.0, float(sum(len(trajectories[i].output_token_ids) for mb in members for i in mb)))
+            mini_sequences = sum(len(mb) for mb in members)
+            self.optimizer.zero_grad(set_to_none=True)
+            for j, mb in enumerate(batches[m]):
+                loss, stats, entropy, kl = self._microbatch_loss(mb, prox[m][j], ref[m][j], temperature,
+                                                                 mini_tokens, mini_sequences)
+                # FSDP averages gradients over the ranks; each rank's loss is already its share of the sum,
+                # so scale by the rank count to make the reduced gradient the local trainer's sum.
+                (loss * dp.size).backward()
+                sums["loss"] += loss.item() / n_mini
+                sums["kl_ref"] += kl / n_mini
+                weight = stats.tokens / max(total_tokens, 1.0)
+                for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
+                    sums[key] += getattr(stats, key) * weight
+                sums["behav_capped_fraction"] += stats.behav_capped_fraction * len(mb.indices) / len(trajectories)
+                sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
+            grad_norms.append(clip_gradients(self.model, config.grad_clip))
+            self.optimizer.step()
+        self.scheduler.step()
+        self.version += 1
+        sums = dict(zip(keys, dp.sum([sums[key] for key in keys])))
+        rank_min, rank_max = dp.min_max(float(sum(len(minibatch) for minibatch in mine)))
+        group_rewards: dict[str, list[float]] = {}
+        for t in trajectories:
+            group_rewards.setdefault(t.group_id, []).append(t.reward.score)
+        mixed = [len(set(v)) > 1 for v in group_rewards.values()]
+        groups = [mb for minibatch in plan for mb in minibatch]
+        return {
+            **sums, "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr,
+            "reward_mean": float(rewards.mean()), "mixed_group_fraction": sum(mixed) / len(mixed),
+            "sequences": len(trajectories), "response_tokens": total_tokens,
+            "microbatches": len(groups), "minibatches": n_mini, "padding_fraction": padding_fraction(lengths, groups),
+            # forward/backward passes per data-parallel rank (equal on every rank, or the collectives would hang)
+            "rank_microbatches_min": rank_min, "rank_microbatches_max": rank_max,
+            "train_seconds": time.perf_counter() - started,
+        }
+
+    # -- full (unsharded) states, for publishing and checkpoints -------------------------------------------
+    def full_model_state(self) -> dict[str, torch.Tensor]:
+        """The full weights on the CPU, on rank 0 (empty elsewhere). Every rank must call it (it gathers)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def full_optimizer_state(self) -> dict[str, Any]:
+        """The full optimizer state keyed by parameter name, on rank 0 (empty elsewhere); every rank calls it.
+        Before the first step it is {}: torch would initialise the state by a zero-LR step, which counts as
+        a step in AdamW's bias correction and would make the next real step differ from an unsaved run."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        if not self.optimizer.state:
+            return {}
+        return get_optimizer_state_dict(self.model, self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_full_state(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
+                        optimizer_stepped: bool, scheduler_state: dict[str, Any],
+                        rng_states: list[dict[str, torch.Tensor]], version: int) -> None:
+        """Load full states (keyed by parameter name). With several ranks only rank 0 passes the weights and
+        optimizer state (the others pass {}: rank 0 broadcasts them); every rank passes whether the
+        optimizer had taken a step, the scheduler and RNG states and the version."""
+        from collections import defaultdict
+
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        broadcast = self.dp.size > 1
+        # strict=False: a tied output head is stored once, as the embedding (check_model_keys vets the names).
+        set_model_state_dict(self.model, model_state,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast, strict=False))
+        if optimizer_stepped:
+            set_optimizer_state_dict(self.model, self.optimizer, optimizer_state,
+                                     options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast))
+        else:
+            self.optimizer.state = defaultdict(dict)  # as freshly built: AdamW creates its state at the first step
+        self.scheduler.load_state_dict(scheduler_state)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr
+        set_rng_state(rng_states[self.dp.rank] if self.dp.rank < len(rng_states) else rng_states[0], self.device)
+        self.version = version
+
+    def parameter_names(self) -> set[str]:
+        return set(self.model.state_dict().keys())
+
+    @property
+    def tied_embeddings(self) -> bool:
+        return bool(getattr(self.model.config, "tie_word_embeddings", False))
+
+
 class LocalTrainer:
     """Decoupled PPO in one process: AdamW, gradient clipping, LR schedule, packed micro-batches."""
 
@@ -126,133 +413,56 @@ class LocalTrainer:
         from areal_core.engine.model import load_model, load_tokenizer
 
         self.config = config
-        self.device = torch.device(config.device)
-        self.model = load_model(model_path, dtype=config.dtype, device=config.device).train()
+        model = load_model(model_path, dtype=config.dtype, device=config.device).train()
         self.tokenizer = load_tokenizer(model_path)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.reference = None
+        reference = None
         if config.kl_coef > 0:
-            self.reference = load_model(model_path, dtype=config.dtype, device=config.device)
-            self.reference.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=tuple(config.betas),
-                                           weight_decay=config.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: lr_factor(step, config, total_steps))
-        self.version = version
+            reference = load_model(model_path, dtype=config.dtype, device=config.device)
+            reference.requires_grad_(False)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id)
+
+    @property
+    def version(self) -> int:
+        return self.learner.version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self.learner.version = value
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.learner.model
 
     def plan(self, trajectories: Sequence[Trajectory]) -> list[list[list[int]]]:
-        """Minibatches (one optimizer step each; a random split of the batch) of micro-batches (one
-        forward/backward each: packed under the token budget, or a fixed number of sequences)."""
-        lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
-        order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(self.version)).tolist()
-        n_mini = max(1, min(self.config.ppo_minibatches, len(trajectories)))
-        plan = []
-        for members in (order[k::n_mini] for k in range(n_mini)):
-            if self.config.microbatching == "packed":
-                micro = pack_microbatches([lengths[i] for i in members], self.config.micro_batch_tokens)
-                plan.append([[members[j] for j in mb] for mb in micro])
-            else:
-                size = self.config.micro_batch_size
-                plan.append([members[i: i + size] for i in range(0, len(members), size)])
-        return plan
+        return plan_minibatches(trajectories, self.config, self.version)
 
     def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
-        if not trajectories:
-            raise ValueError("train_step needs at least one trajectory")
-        started = time.perf_counter()
-        config = self.config
-        rewards = torch.tensor([t.reward.score for t in trajectories])
-        advantages = group_advantages(rewards, [t.group_id for t in trajectories], config.advantage)
-        plan = self.plan(trajectories)
-        groups = [mb for mini in plan for mb in mini]
-        lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
-        batches = [build_microbatch(trajectories, g, advantages, self.pad_id, self.device) for g in groups]
-        minibatches, position = [], 0
-        for mini in plan:
-            minibatches.append(list(range(position, position + len(mini))))
-            position += len(mini)
-        total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
-
-        # pi_prox: the trainer's current weights, before this step's update.
-        prox, ref = [], []
-        with torch.no_grad():
-            self.model.eval()
-            for mb in batches:
-                prox.append(sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)[0]
-                            if config.decoupled else mb.behav)
-                if self.reference is not None:
-                    ref.append(sequence_logprobs(self.reference, mb.tokens, mb.attention, temperature)[0])
-            self.model.train()
-
-        sums: dict[str, float] = {"clip_fraction": 0.0, "behav_weight_mean": 0.0, "behav_capped_fraction": 0.0,
-                                  "approx_kl": 0.0, "entropy": 0.0, "kl_ref": 0.0}
-        loss_total, grad_norms, lr = 0.0, [], self.optimizer.param_groups[0]["lr"]
-        # One optimizer step per minibatch. pi_prox stays the policy at the start of the step, so later
-        # minibatches see ratios != 1 and the clipping applies.
-        n_mini = len(minibatches)
-        for members in minibatches:
-            mini_tokens = float(sum(batches[i].response.sum() for i in members))
-            mini_sequences = sum(len(batches[i].indices) for i in members)
-            self.optimizer.zero_grad(set_to_none=True)
-            for i in members:
-                mb = batches[i]
-                logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)
-                normaliser = mini_tokens if config.aggregation == "token" else None
-                loss, stats = decoupled_ppo_loss(
-                    logprobs, prox[i], mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
-                    eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
-                    behav_cap_mode=config.behav_cap_mode, aggregation=config.aggregation, normaliser=normaliser)
-                if config.aggregation == "sequence":
-                    loss = loss * len(mb.indices) / mini_sequences
-                if self.reference is not None:
-                    # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
-                    delta = ref[i] - logprobs
-                    kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / mini_tokens
-                    loss = loss + config.kl_coef * kl
-                    sums["kl_ref"] += kl.item() / n_mini
-                loss.backward()
-                loss_total += loss.item() / n_mini
-                weight = stats.tokens / max(total_tokens, 1.0)
-                for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
-                    sums[key] += getattr(stats, key) * weight
-                sums["behav_capped_fraction"] += stats.behav_capped_fraction * len(mb.indices) / len(trajectories)
-                sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)))
-            self.optimizer.step()
-        self.scheduler.step()
-        self.version += 1
-        grad_norm = sum(grad_norms) / len(grad_norms)
-        group_rewards: dict[str, list[float]] = {}
-        for t in trajectories:
-            group_rewards.setdefault(t.group_id, []).append(t.reward.score)
-        mixed = [len(set(v)) > 1 for v in group_rewards.values()]
-        return {
-            "loss": loss_total, "grad_norm": float(grad_norm), "lr": lr, **sums,
-            "reward_mean": float(rewards.mean()), "mixed_group_fraction": sum(mixed) / len(mixed),
-            "sequences": len(trajectories), "response_tokens": total_tokens,
-            "microbatches": len(batches), "minibatches": n_mini, "padding_fraction": padding_fraction(lengths, groups),
-            "train_seconds": time.perf_counter() - started,
-        }
+        return self.learner.train_step(trajectories, temperature)
 
     def publish(self, directory: str | Path) -> Path:
         """Write the weights as safetensors (plus config and tokenizer) into `directory`, atomically
         (temp dir + rename), in the layout `save_pretrained` uses, so any server can load them."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-        try:
-            state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
-            if getattr(self.model.config, "tie_word_embeddings", False):
-                state.pop("lm_head.weight", None)  # the same tensor as the embedding; stored once
-            save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-            self.model.config.save_pretrained(tmp)
-            self.tokenizer.save_pretrained(tmp)
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with atomic_directory(directory, durable=False) as tmp:
+            write_model_files(tmp, self.model.state_dict(), self.model.config, self.tokenizer)
         return directory
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        learner = self.learner
+        return write_checkpoint(
+            directory, version=learner.version, model_state=learner.full_model_state(),
+            optimizer_state=learner.full_optimizer_state(), scheduler_state=learner.scheduler.state_dict(),
+            rng_states=[rng_state(learner.device)], model_config=self.model.config, tokenizer=self.tokenizer,
+            backend="local")
+
+    def load_checkpoint(self, directory: str | Path) -> int:
+        checkpoint = read_checkpoint(directory)
+        learner = self.learner
+        check_model_keys(directory, set(checkpoint.model_state), learner.parameter_names(), learner.tied_embeddings)
+        learner.load_full_state(checkpoint.model_state, checkpoint.optimizer_state, bool(checkpoint.optimizer_state),
+                                checkpoint.scheduler_state, checkpoint.rng_states, checkpoint.version)
+        return learner.version
+
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process."""

@@ -1,0 +1,207 @@
+"""The FSDP2 trainer backend under real torchrun (2 ranks, gloo, CPU) against the local trainer.
+
+Tolerance: the two backends compute the same sums in a different order (micro-batches are split and dealt
+to ranks; gradients are reduce-scattered), so float32 results agree to rounding, not bit for bit. Losses and
+other metrics must agree to 1e-4 relative and published weights to rtol 1e-4 / atol 1e-5 after three
+optimizer-step batches (measured: about 1e-7 relative on losses and 5e-6 absolute on weights). A trainer
+resumed from its own backend's checkpoint must repeat the uninterrupted step to 1e-6.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from areal_core.engine.model import init_model
+from areal_core.rl.fsdp import FSDPTrainer
+from areal_core.rl.trainer import LocalTrainer, TrainerConfig, TrainerError, create_trainer, rank_share
+from support import process_is_running
+from trainer_support import TEST_MODEL, load_weights, make_batch
+
+pytestmark = pytest.mark.timeout(300)
+
+# Two minibatches per batch and a small token budget: several micro-batches per minibatch, some split
+# across ranks. A KL penalty brings in the (also sharded) reference model; the cosine schedule with
+# warm-up makes the LR differ at every step, so a wrong scheduler state would show.
+SETTINGS = {"ppo_minibatches": 2, "micro_batch_tokens": 128, "kl_coef": 0.05, "lr_schedule": "cosine",
+            "warmup_steps": 1, "lr": 1e-3}
+TOTAL_STEPS = 6
+COMPARED = ("loss", "grad_norm", "lr", "entropy", "kl_ref", "approx_kl", "clip_fraction", "behav_weight_mean",
+            "reward_mean", "response_tokens", "microbatches", "padding_fraction")
+
+
+def config(backend: str) -> TrainerConfig:
+    return TrainerConfig(backend=backend, **SETTINGS)
+
+
+def assert_same_metrics(got: dict, expected: dict, rel: float) -> None:
+    for key in COMPARED:
+        assert got[key] == pytest.approx(expected[key], rel=rel, abs=1e-7), key
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return init_model(tmp_path_factory.mktemp("model"), seed=3, **TEST_MODEL)
+
+
+@pytest.fixture(scope="module")
+def batches(model_dir):
+    # The middle batch has 3 sequences: its one-sequence minibatch cannot be split, so one rank must run an
+    # empty micro-batch to keep the collectives in step.
+    return [make_batch(model_dir, 0), make_batch(model_dir, 1, groups=1, group_size=3), make_batch(model_dir, 2)]
+
+
+@pytest.fixture(scope="module")
+def runs(model_dir, batches, tmp_path_factory):
+    """Both backends from the same weights on the same three batches, with a checkpoint after the second
+    step and the weights published after the third."""
+    out = tmp_path_factory.mktemp("runs")
+    results = {}
+    trainers = {"local": LocalTrainer(model_dir, config("local"), TOTAL_STEPS)}
+    trainers["fsdp"] = create_trainer(model_dir, config("fsdp"), TOTAL_STEPS)
+    try:
+        for name, trainer in trainers.items():
+            metrics = [trainer.train_step(batch, 1.0) for batch in batches[:2]]
+            trainer.save_checkpoint(out / f"{name}-checkpoint")
+            metrics.append(trainer.train_step(batches[2], 1.0))
+            trainer.publish(out / f"{name}-weights")
+            results[name] = {"metrics": metrics, "version": trainer.version,
+                             "checkpoint": out / f"{name}-checkpoint", "weights": out / f"{name}-weights"}
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+    return results
+
+
+def test_fsdp_losses_match_the_local_trainer_step_by_step(runs):
+    local, fsdp = runs["local"]["metrics"], runs["fsdp"]["metrics"]
+    assert runs["fsdp"]["version"] == runs["local"]["version"] == 3
+    for step, (expected, got) in enumerate(zip(local, fsdp)):
+        assert_same_metrics(got, expected, rel=1e-4)
+    # the steps did real work: losses differ from step to step, and clipping and the KL term are active
+    assert len({round(m["loss"], 6) for m in local}) == 3
+    assert all(m["kl_ref"] >= 0 for m in fsdp) and any(m["kl_ref"] > 0 for m in fsdp)
+
+
+def test_fsdp_publishes_the_same_weights_as_the_local_trainer(runs, model_dir):
+    local, fsdp = load_weights(runs["local"]["weights"]), load_weights(runs["fsdp"]["weights"])
+    initial = load_weights(model_dir)
+    assert sorted(fsdp) == sorted(local) == sorted(initial)
+    for name in local:
+        torch.testing.assert_close(fsdp[name], local[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert max(float((local[n] - initial[n]).abs().max()) for n in local) > 1e-3  # training moved the weights
+    # a complete model directory: config and tokenizer beside the weights
+    for published in (runs["local"]["weights"], runs["fsdp"]["weights"]):
+        assert (published / "config.json").is_file() and (published / "tokenizer.json").is_file()
+
+
+def test_every_rank_runs_the_same_number_of_microbatches(runs):
+    for metrics in runs["fsdp"]["metrics"]:
+        assert metrics["rank_microbatches_min"] == metrics["rank_microbatches_max"]
+        assert 2 * metrics["rank_microbatches_max"] >= metrics["microbatches"]
+    odd = runs["fsdp"]["metrics"][1]
+    # 3 sequences, 2 minibatches: the two-sequence micro-batch is split, the lone sequence gets an empty partner
+    assert odd["sequences"] == 3 and odd["microbatches"] == 2 and odd["rank_microbatches_max"] == 2
+    # the local trainer runs the plan as it is
+    assert runs["local"]["metrics"][1]["rank_microbatches_max"] == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=8), min_size=1, max_size=5), st.integers(1, 4))
+def test_rank_share_gives_every_rank_the_same_count_and_each_sequence_once(minibatch_shapes, ranks):
+    # minibatch_shapes: per minibatch, the number of sequences in each of its micro-batches
+    plan, lengths = [], []
+    for sizes in minibatch_shapes:
+        minibatch = []
+        for size in sizes:
+            minibatch.append(list(range(len(lengths), len(lengths) + size)))
+            lengths += [(len(lengths) + k) * 37 % 200 + 1 for k in range(size)]
+        plan.append(minibatch)
+    shares = [rank_share(plan, lengths, rank, ranks) for rank in range(ranks)]
+    for m, minibatch in enumerate(plan):
+        assert len({len(share[m]) for share in shares}) == 1
+        dealt = sorted(i for share in shares for mb in share[m] for i in mb)
+        assert dealt == sorted(i for mb in minibatch for i in mb)
+
+
+def test_fsdp_resumes_from_a_checkpoint_of_either_backend(runs, model_dir, batches):
+    """A fresh FSDP trainer (as after a kill) loads the FSDP checkpoint taken after step 2 and repeats step 3
+    exactly; then the local trainer's checkpoint, and matches the local step 3. And the local trainer
+    resumes from the FSDP checkpoint."""
+    with create_trainer(model_dir, config("fsdp"), TOTAL_STEPS) as resumed:
+        assert resumed.load_checkpoint(runs["fsdp"]["checkpoint"]) == 2
+        assert_same_metrics(resumed.train_step(batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-6)
+        assert resumed.version == 3
+        weights = load_weights(resumed.publish(runs["fsdp"]["weights"].parent / "fsdp-resumed"))
+        for name, expected in load_weights(runs["fsdp"]["weights"]).items():
+            torch.testing.assert_close(weights[name], expected, rtol=1e-6, atol=1e-7, msg=name)
+
+        assert resumed.load_checkpoint(runs["local"]["checkpoint"]) == 2
+        assert_same_metrics(resumed.train_step(batches[2], 1.0), runs["local"]["metrics"][2], rel=1e-4)
+    # leaving the block closed it: torchrun and the ranks are gone
+    assert not any(process_is_running(pid) for pid in [resumed.torchrun_pid, *resumed.worker_pids])
+
+    local = LocalTrainer(model_dir, config("local"), TOTAL_STEPS)
+    assert local.load_checkpoint(runs["fsdp"]["checkpoint"]) == 2
+    assert_same_metrics(local.train_step(batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-4)
+
+
+def test_a_killed_rank_is_a_clear_error_not_a_hang(model_dir, batches, tmp_path):
+    trainer = FSDPTrainer(model_dir, config("fsdp"), TOTAL_STEPS, scratch_dir=tmp_path)
+    try:
+        assert len(trainer.worker_pids) == 2
+        os.kill(trainer.worker_pids[1], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(TrainerError, match="FSDP trainer failed while running 'train'") as failure:
+            trainer.train_step(batches[0], 1.0)
+        assert time.monotonic() - started < 30
+        first_line = str(failure.value).splitlines()[0]
+        assert "rank 1 died first (exit code -9, SIGKILL)" in first_line, first_line
+        assert not process_is_running(trainer.torchrun_pid)
+        assert not any(process_is_running(pid) for pid in trainer.worker_pids)
+        with pytest.raises(TrainerError, match="already failed"):
+            trainer.publish(model_dir.parent / "never")
+        assert trainer.log_path.parent.parent == tmp_path and trainer.log_path.is_file()  # kept: the error quotes it
+    finally:
+        trainer.close()
+
+
+CONTROLLER = textwrap.dedent("""
+    import json, sys, time
+    from areal_core.rl.fsdp import FSDPTrainer
+    from areal_core.rl.trainer import TrainerConfig
+    trainer = FSDPTrainer(sys.argv[1], TrainerConfig(backend="fsdp"), total_steps=1, scratch_dir=sys.argv[2])
+    print(json.dumps({"torchrun": trainer.torchrun_pid, "ranks": trainer.worker_pids}), flush=True)
+    time.sleep(600)
+""")
+
+
+def test_ranks_exit_when_the_controller_process_dies(model_dir, tmp_path):
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(model_dir), str(tmp_path)],
+                                  stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(controller.stdout.readline())
+        assert all(process_is_running(pid) for pid in [pids["torchrun"], *pids["ranks"]])
+        controller.kill()
+        controller.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(process_is_running(p) for p in [pids["torchrun"], *pids["ranks"]]):
+            time.sleep(0.2)
+        assert not any(process_is_running(p) for p in [pids["torchrun"], *pids["ranks"]])
+    finally:
+        controller.kill()
+        controller.wait()
+
+
+def test_create_trainer_rejects_an_unknown_backend(model_dir):
+    with pytest.raises(TrainerError, match="'deepspeed' is not a trainer backend"):
+        create_trainer(model_dir, TrainerConfig(backend="deepspeed"), 1)  # type: ignore[arg-type]
