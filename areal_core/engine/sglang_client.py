@@ -420,6 +420,17 @@ def _error_message(response: httpx.Response) -> str:
 
 
 # -- launching servers ------------------------------------------------------------------------------
+def _kill_me_with_parent() -> None:
+    """In the forked child, before exec: ask Linux for SIGKILL when the parent dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not glibc Linux: the server outlives a killed parent, as without this option
+
+
 class ServerProcess:
     """A generation server in a child process (SGLang's launch_server, or `areal serve`), with readiness wait.
 
@@ -464,14 +475,17 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self) -> "ServerProcess":
+    def start(self, die_with_parent: bool = False) -> "ServerProcess":
+        """die_with_parent: the server gets SIGKILL when the process that started it dies, even by kill -9
+        (Linux; tied to the calling thread, so call it from a thread that lives as long as the server)."""
         if self.alive:
             return self
         self._group_ended = False
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_kill_me_with_parent if die_with_parent else None)
         except OSError as exc:
             raise EngineError(f"cannot start {self.command[0]!r} for {self.url}: {exc}") from None
         finally:

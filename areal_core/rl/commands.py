@@ -12,7 +12,10 @@ import click
 @click.option("--sync", is_flag=True, help="Synchronous baseline: max staleness 0, weight updates wait for "
                                            "in-flight generation (same as rollout.max_staleness=0 rollout.weight_update=wait).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
-def train_command(args: tuple[str, ...], sync: bool, print_config: bool) -> None:
+@click.option("--resume", "resume", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="RUN_DIR",
+              help="Continue a run (e.g. one that was killed) from its newest intact checkpoint, with the config "
+                   "saved in RUN_DIR (KEY=VALUE arguments may still override it, e.g. steps=400).")
+def train_command(args: tuple[str, ...], sync: bool, print_config: bool, resume: Path | None) -> None:
     """Asynchronous decoupled-PPO training.
 
     With no arguments: the CPU demo. It builds the tiny embedded model, gives it a short supervised
@@ -35,10 +38,16 @@ def train_command(args: tuple[str, ...], sync: bool, print_config: bool) -> None
             path = arg
         else:
             raise click.UsageError(f"unexpected argument {arg!r}: give one CONFIG.yaml and KEY=VALUE overrides")
+    if resume is not None:
+        if path is not None:
+            raise click.UsageError("--resume uses the config saved in RUN_DIR; give KEY=VALUE overrides, not a file")
+        if not (resume / "config.yaml").exists():
+            raise click.UsageError(f"--resume {resume}: not a run directory (no config.yaml in it)")
+        path = str(resume / "config.yaml")
     if sync:
         overrides = SYNC_OVERRIDES + overrides
     config = load_config(TrainConfig, path, overrides)
     if print_config:
         click.echo(config_to_yaml(config))
         return
-    asyncio.run(run_training(config, echo=click.echo))
+    asyncio.run(run_training(config, echo=click.echo, resume=resume))

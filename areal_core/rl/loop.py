@@ -24,8 +24,9 @@ from areal_core.engine.protocol import InferenceEngine
 from areal_core.errors import ConfigError
 from areal_core.reward_service import RewardService, RewardServiceConfig
 from areal_core.rl.evaluate import evaluate_accuracy
-from areal_core.rl.rollout import RolloutConfig, RolloutController, staleness_histogram
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig
+from areal_core.rl.rollout import RolloutConfig, RolloutController, is_uniform, staleness_histogram
+from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, truncate_log
+from areal_core.rl.trainer import TrainerConfig, create_trainer
 from areal_core.rl.warmup import WarmupConfig, supervised_warmup
 from areal_core.schema import to_plain
 from areal_core.tasks import get_task
@@ -71,6 +72,9 @@ class TrainConfig:
     data_dir: str | None = None
     reward_options: dict[str, Any] = field(default_factory=dict)  # merged over the task's reward options
     tensorboard: bool = True
+    keep_policy_every: int = 0        # keep the published weights of every N-th step in RUN_DIR/policies/ (0: none)
+    checkpoint_every: int = 20        # write a resumable checkpoint every N steps (0: never)
+    keep_checkpoints: int = 2         # the newest N checkpoints are kept (an older one is the fallback)
     model: ModelConfig = field(default_factory=ModelConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -128,27 +132,29 @@ def _file_digest(directory: Path) -> str:
 class RunLogger:
     """metrics.jsonl + TensorBoard + plugin hooks + a live progress line."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, total_steps: int) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool, total_steps: int, resume_step: int | None = None) -> None:
         from areal_core.plugins import get_plugin_manager
 
         self.run_dir = run_dir
+        # Resuming: drop what the killed run logged after its checkpoint; those steps are trained again.
+        self.history: list[dict[str, Any]] = [] if resume_step is None else truncate_log(run_dir / "metrics.jsonl", resume_step)
         self.metrics_file = open(run_dir / "metrics.jsonl", "a", buffering=1)
         self.writer = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+                purge = None if resume_step is None else resume_step + 1
+                self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
             except ImportError:
                 print("warning: tensorboard is not installed; metrics go to metrics.jsonl only", file=sys.stderr)
         self.hooks = get_plugin_manager()
-        self.history: list[dict[str, Any]] = []
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
                                  disable=not sys.stderr.isatty())
-        self.bar = self.progress.add_task("train", total=total_steps, info="")
+        self.bar = self.progress.add_task("train", total=total_steps, completed=resume_step or 0, info="")
 
     def log(self, step: int, version: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, "version": version, "time": time.time(), **metrics}
@@ -228,7 +234,7 @@ class Engines:
                 else:
                     process = ServerProcess.sglang(str(self.model_dir), port, extra_args=config.launch_args,
                                                    log_path=log, env=env)
-                self.processes.append(process.start())
+                self.processes.append(process.start(die_with_parent=True))
             for process in self.processes:
                 await asyncio.to_thread(process.wait_ready, config.startup_timeout)
             urls = [p.url for p in self.processes]
@@ -242,23 +248,38 @@ class Engines:
             process.stop()
 
 
-async def run_training(config: TrainConfig, echo=print) -> dict[str, Any]:
-    """Run `areal train` with a resolved config; returns the summary (also saved as summary.json)."""
+async def run_training(config: TrainConfig, echo=print, resume: str | Path | None = None) -> dict[str, Any]:
+    """Run `areal train` with a resolved config; returns the summary (also saved as summary.json).
+
+    resume: the directory of an earlier run of this config; it continues from its newest intact
+    checkpoint (from the start, in the same directory, when it has none)."""
     import torch
 
     torch.manual_seed(config.seed)
     torch.set_num_threads(max(1, config.engine.torch_threads))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(config.output_dir) / f"{config.name}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    checkpoint = None
+    if resume is not None:
+        run_dir = Path(resume).resolve()  # servers elsewhere load weights by this path: never relative
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+        checkpoint = latest_checkpoint(run_dir, warn=lambda message: echo(message))
+        echo(f"resuming {run_dir} from {checkpoint[0].name}" if checkpoint
+             else f"resuming {run_dir}: no intact checkpoint, starting again from step 0")
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(config.output_dir).resolve() / f"{config.name}-{stamp}"
+        run_dir.mkdir(parents=True, exist_ok=False)
     save_config(config, run_dir)
     echo(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{config_to_yaml(config)}")
     started = time.perf_counter()
 
     task = get_task(config.task, config.data_dir)
     eval_task = get_task(config.eval_task, config.data_dir) if config.eval_task else None
-    model_dir = resolve_model(config.model)
-    if config.warmup.enabled:
+    if checkpoint is not None:
+        model_dir = checkpoint[0] / "trainer"  # an HF model dir holding the checkpointed policy
+    else:
+        model_dir = resolve_model(config.model)
+    if config.warmup.enabled and checkpoint is None:
         key = _digest(_file_digest(model_dir), to_plain(config.warmup), config.task, task.spec.to_dict())
         warm_dir = cache_dir() / "warmup" / key
         if (warm_dir / "model.safetensors").exists():
@@ -274,82 +295,120 @@ async def run_training(config: TrainConfig, echo=print) -> dict[str, Any]:
                  f"(training-batch exact match {done['final_batch_accuracy']:.0%}) -> {warm_dir}")
         model_dir = warm_dir
 
-    trainer = LocalTrainer(model_dir, config.trainer, total_steps=config.steps)
+    state: dict[str, Any] = checkpoint[1] if checkpoint else {"step": 0, "elapsed_seconds": 0.0, "trajectories": 0}
+    trainer = create_trainer(model_dir, config.trainer, total_steps=config.steps)
+    if checkpoint is not None:
+        trainer.load_checkpoint(checkpoint[0] / "trainer")
     tokenizer = trainer.tokenizer
-    logger = RunLogger(run_dir, config.tensorboard, config.steps)
-    evals: list[dict[str, Any]] = []
+    logger = RunLogger(run_dir, config.tensorboard, config.steps, resume_step=state["step"] if resume else None)
+    evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resume else []
+    try:
+        async with Engines(config.engine, model_dir, run_dir) as engine, RewardService(config.reward) as rewards:
+            return await _train(config, run_dir, task, eval_task, trainer, tokenizer, engine, rewards, logger,
+                                evals, state, started, echo)
+    finally:
+        logger.close()
+        trainer.close()
+
+
+async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, tokenizer, engine, rewards,
+                 logger: RunLogger, evals: list[dict[str, Any]], state: dict[str, Any], started: float,
+                 echo) -> dict[str, Any]:
     rollout = config.rollout
     eval_tokens = config.eval.max_new_tokens or rollout.max_new_tokens
+    first_step = state["step"] + 1
+    async def evaluate(step: int) -> dict[str, Any]:
+        if eval_task is None:
+            return {}
+        record: dict[str, Any] = {"step": step}
+        if config.eval.greedy:
+            record["greedy_accuracy"] = (await evaluate_accuracy(
+                engine, eval_task, tokenizer, rewards, temperature=0.0, max_new_tokens=eval_tokens,
+                limit=config.eval.limit, seed=config.seed))["accuracy"]
+        if config.eval.sampled:
+            record["sampled_accuracy"] = (await evaluate_accuracy(
+                engine, eval_task, tokenizer, rewards, temperature=rollout.temperature,
+                max_new_tokens=eval_tokens, limit=config.eval.limit, seed=config.seed))["accuracy"]
+        evals.append(record)
+        with open(run_dir / "evals.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return record
 
-    async with Engines(config.engine, model_dir, run_dir) as engine, RewardService(config.reward) as rewards:
-        async def evaluate(step: int) -> dict[str, Any]:
-            if eval_task is None:
-                return {}
-            record: dict[str, Any] = {"step": step}
-            if config.eval.greedy:
-                record["greedy_accuracy"] = (await evaluate_accuracy(
-                    engine, eval_task, tokenizer, rewards, temperature=0.0, max_new_tokens=eval_tokens,
-                    limit=config.eval.limit, seed=config.seed))["accuracy"]
-            if config.eval.sampled:
-                record["sampled_accuracy"] = (await evaluate_accuracy(
-                    engine, eval_task, tokenizer, rewards, temperature=rollout.temperature,
-                    max_new_tokens=eval_tokens, limit=config.eval.limit, seed=config.seed))["accuracy"]
-            evals.append(record)
-            with open(run_dir / "evals.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
-            return record
-
+    if first_step > 1 or config.engine.urls:
+        # Servers we did not start hold some other model, and resumed ones do not know the policy version:
+        # publish the starting policy into the run directory (which every server can read) and load it.
+        path = await asyncio.to_thread(trainer.publish, run_dir / "weights" / f"v{trainer.version}")
+        await engine.update_weights(str(path), trainer.version)
+    before = next((e for e in evals if e["step"] == 0), None)
+    if before is None:
         before = await evaluate(0)
-        if before:
-            echo("held-out accuracy before RL: " + _format_eval(before))
-        hooks = logger.hooks
+    if before:
+        echo("held-out accuracy before RL: " + _format_eval(before))
+    hooks = logger.hooks
 
-        def on_trajectory(trajectory):
-            hooks.notify("on_trajectory", trajectory=trajectory, run_dir=str(run_dir))
+    def on_trajectory(trajectory):
+        hooks.notify("on_trajectory", trajectory=trajectory, run_dir=str(run_dir))
 
-        controller = RolloutController(task, engine, rewards, tokenizer, rollout, on_trajectory=on_trajectory,
-                                       reward_options=config.reward_options)
-        controller.start()
-        rl_started = time.perf_counter()
-        trajectories_total = 0
-        stopped_early = False
-        with logger.progress:
-            try:
-                for step in range(1, config.steps + 1):
-                    wait_started = time.perf_counter()
-                    groups = await controller.next_batch()
-                    waited = time.perf_counter() - wait_started
-                    batch = [t for g in groups for t in g.trajectories]
-                    if not batch:
-                        raise RuntimeError("a whole batch of rollouts failed; see the engine and reward logs")
-                    stale = staleness_histogram(batch, trainer.version)
-                    metrics = await asyncio.to_thread(trainer.train_step, batch, rollout.temperature)
-                    publish_started = time.perf_counter()
-                    path = await asyncio.to_thread(trainer.publish, run_dir / "weights" / f"v{trainer.version}")
-                    held = await controller.update_weights(str(path), trainer.version)
-                    _prune_weights(run_dir / "weights", keep=path)
-                    trajectories_total += len(batch)
-                    elapsed = time.perf_counter() - rl_started
-                    metrics.update({
-                        "wait_seconds": waited, "publish_seconds": time.perf_counter() - publish_started,
-                        "update_hold_seconds": held, "trajectories_per_second": trajectories_total / elapsed,
-                        "elapsed_seconds": elapsed, "staleness_max": max(stale), "staleness_hist": stale,
-                        "dropped_responses": sum(g.dropped for g in groups),
-                        "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
-                    })
-                    logger.log(step, trainer.version, metrics)
-                    if config.eval.every and step % config.eval.every == 0 and step < config.steps:
-                        record = await evaluate(step)
-                        target = config.eval.stop_at_accuracy
-                        if target is not None and record.get("sampled_accuracy", 0.0) >= target:
-                            stopped_early = True
-                            break
-            finally:
-                await controller.stop()
-        rl_seconds = time.perf_counter() - rl_started
-        last_step = logger.history[-1]["step"] if logger.history else 0
-        after = evals[-1] if stopped_early else await evaluate(last_step)
-    logger.close()
+    controller = RolloutController(task, engine, rewards, tokenizer, rollout, on_trajectory=on_trajectory,
+                                   reward_options=config.reward_options)
+    if "controller" in state:
+        controller.load_state_dict(state["controller"])
+    controller.start()
+    rl_started = time.perf_counter() - state["elapsed_seconds"]  # the training clock continues on resume
+    trajectories_total = state["trajectories"]
+    stopped_early = False
+    with logger.progress:
+        try:
+            for step in range(first_step, config.steps + 1):
+                wait_started = time.perf_counter()
+                groups = await controller.next_batch()
+                waited = time.perf_counter() - wait_started
+                batch = [t for g in groups for t in g.trajectories]
+                if not batch:
+                    raise RuntimeError("a whole batch of rollouts failed; see the engine and reward logs")
+                stale = staleness_histogram(batch, trainer.version)
+                informative = [g for g in groups if not is_uniform(g)]
+                trained = batch
+                if rollout.skip_uniform_groups and informative and config.trainer.kl_coef == 0:
+                    trained = [t for g in informative for t in g.trajectories]
+                metrics = await asyncio.to_thread(trainer.train_step, trained, rollout.temperature)
+                publish_started = time.perf_counter()
+                path = await asyncio.to_thread(trainer.publish, run_dir / "weights" / f"v{trainer.version}")
+                held = await controller.update_weights(str(path), trainer.version)
+                if config.keep_policy_every and step % config.keep_policy_every == 0:
+                    await asyncio.to_thread(shutil.copytree, path, run_dir / "policies" / f"step{step:06d}",
+                                            dirs_exist_ok=True)
+                _prune_weights(run_dir / "weights", keep=path)
+                trajectories_total += len(batch)
+                elapsed = time.perf_counter() - rl_started
+                metrics.update({
+                    "wait_seconds": waited, "publish_seconds": time.perf_counter() - publish_started,
+                    "update_hold_seconds": held, "trajectories_per_second": trajectories_total / elapsed,
+                    "elapsed_seconds": elapsed, "staleness_max": max(stale), "staleness_hist": stale,
+                    "dropped_responses": sum(g.dropped for g in groups),
+                    "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
+                    "reward_mean": sum(t.reward.score for t in batch) / len(batch),
+                    "mixed_group_fraction": len(informative) / len(groups), "trained_sequences": len(trained),
+                    "prompts": [int(g.group_id[1:]) for g in groups],
+                })
+                logger.log(step, trainer.version, metrics)
+                if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps):
+                    # Snapshot now, between awaits: consistent with the batches taken so far.
+                    snapshot = {"step": step, "elapsed_seconds": elapsed, "trajectories": trajectories_total,
+                                "controller": controller.state_dict()}
+                    await asyncio.to_thread(save_run_checkpoint, run_dir, step, trainer, snapshot,
+                                            config.keep_checkpoints)
+                if config.eval.every and step % config.eval.every == 0 and step < config.steps:
+                    record = await evaluate(step)
+                    target = config.eval.stop_at_accuracy
+                    if target is not None and record.get("sampled_accuracy", 0.0) >= target:
+                        stopped_early = True
+                        break
+        finally:
+            await controller.stop()
+    rl_seconds = time.perf_counter() - rl_started
+    last_step = logger.history[-1]["step"] if logger.history else 0
+    after = evals[-1] if stopped_early else await evaluate(last_step)
     summary = {
         "run_dir": str(run_dir), "steps": last_step, "rl_seconds": rl_seconds,
         "total_seconds": time.perf_counter() - started, "trajectories": trajectories_total,
@@ -357,6 +416,8 @@ async def run_training(config: TrainConfig, echo=print) -> dict[str, Any]:
         "before": before, "after": after, "stopped_early": stopped_early,
         "dropped_responses": dict(controller.dropped),
         "final_reward_mean": logger.history[-1]["reward_mean"] if logger.history else None,
+        # per generation server (server / sglang backends): requests served, failures, state
+        "engine_servers": engine.server_stats() if hasattr(engine, "server_stats") else [],
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if logger.history:

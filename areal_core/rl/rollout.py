@@ -37,6 +37,9 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 16
     max_concurrent_prompts: int = 256
+    # Skip groups whose responses all got the same reward: their group-normalised advantages are zero,
+    # so they add no policy gradient, only trainer time (DAPO's dynamic-sampling observation).
+    skip_uniform_groups: bool = True
     seed: int = 0
 
 
@@ -47,6 +50,16 @@ class Group:
     trajectories: list[Trajectory]
     dropped: int = 0
     submitted_at_version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group_id": self.group_id, "sample_id": self.sample_id, "dropped": self.dropped,
+                "submitted_at_version": self.submitted_at_version,
+                "trajectories": [t.to_dict() for t in self.trajectories]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Group":
+        return cls(data["group_id"], data["sample_id"], [Trajectory.from_dict(t) for t in data["trajectories"]],
+                   data["dropped"], data["submitted_at_version"])
 
 
 def encode_prompt(task: Task, sample: dict[str, Any], tokenizer: Any) -> list[int]:
@@ -88,6 +101,28 @@ class RolloutController:
         self._samples = task.samples()
         self._order: list[int] = []
         self._order_epoch = -1
+        self._redo: list[int] = []  # admitted before a restart but never finished: generated again first
+
+    # -- checkpointing ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs: the data position, the finished groups not yet trained on, and
+        which admitted prompts were still generating (they are generated again after a restart).
+        Taken between two awaits, so it is consistent."""
+        first = self.batches_taken * self.config.batch_size
+        return {"version": self.version, "submitted": self.submitted, "batches_taken": self.batches_taken,
+                "finished": {str(n): g.to_dict() for n, g in self.finished.items()},
+                "unfinished": sorted(set(range(first, self.submitted)) - set(self.finished) | set(self._redo)),
+                "dropped": dict(self.dropped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._runner is not None:
+            raise RuntimeError("load_state_dict must be called before start()")
+        self.version = state["version"]
+        self.submitted = state["submitted"]
+        self.batches_taken = state["batches_taken"]
+        self.finished = {int(n): Group.from_dict(g) for n, g in state["finished"].items()}
+        self._redo = list(state["unfinished"])
+        self.dropped = Counter(state["dropped"])
 
     # -- policy version / weight updates -------------------------------------------------------
     async def set_version(self, version: int) -> None:
@@ -143,12 +178,16 @@ class RolloutController:
         slots = asyncio.Semaphore(self.config.max_concurrent_prompts)
         while True:
             async with self._version_changed:
-                await self._version_changed.wait_for(
-                    lambda: may_submit(self.submitted, self.config.batch_size, self.version, self.config.max_staleness))
+                await self._version_changed.wait_for(  # prompts to redo were admitted before: no gate
+                    lambda: self._redo or may_submit(self.submitted, self.config.batch_size, self.version,
+                                                     self.config.max_staleness))
             await self._hold.wait()
             await slots.acquire()
-            number = self.submitted
-            self.submitted += 1
+            if self._redo:
+                number = self._redo.pop(0)
+            else:
+                number = self.submitted
+                self.submitted += 1
             task = asyncio.create_task(self._rollout_group(number, self.version))
             self.in_flight.add(task)
 
@@ -203,6 +242,11 @@ class RolloutController:
             batch = [self.finished.pop(n) for n in numbers]
         self.batches_taken += 1
         return batch
+
+
+def is_uniform(group: Group) -> bool:
+    """All responses of the group scored the same (or fewer than two survived): no learning signal."""
+    return len({t.reward.score for t in group.trajectories}) <= 1
 
 
 def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dict[int, int]:

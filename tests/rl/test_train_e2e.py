@@ -53,3 +53,17 @@ def test_train_cli_rejects_an_unknown_key_and_prints_the_config(areal):
     assert shown.returncode == 0
     assert "max_staleness: 0" in shown.stdout and "weight_update: wait" in shown.stdout
     assert "batch_size: 8" in shown.stdout
+
+
+def test_two_engine_servers_share_the_rollouts_and_both_follow_weight_updates(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setenv("AREAL_CACHE_DIR", str(cache_dir))
+    run = config(tmp_path, "steps=3", "engine.backend=server", "engine.servers=2", "eval_task=null",
+                 "rollout.batch_size=8", "rollout.group_size=8")
+    summary = asyncio.run(run_training(run, echo=lambda *a: None))
+    servers = summary["engine_servers"]
+    assert len(servers) == 2 and all(s["state"] == "up" and s["failures"] == 0 for s in servers)
+    served = [s["segments"] for s in servers]
+    assert min(served) >= 0.25 * sum(served), f"load is not balanced: {served}"
+    run_dir = tmp_path / summary["run_dir"].split("/")[-1]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(m["staleness_max"] for m in metrics) <= 1  # both servers moved to every new version

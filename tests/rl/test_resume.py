@@ -1,0 +1,113 @@
+"""Checkpoint and resume: `kill -9` of a whole training run at a random moment, then `areal train --resume`."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import process_is_running
+
+AREAL = str(Path(sys.executable).parent / "areal")
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("areal-cache")
+    return {**os.environ, "AREAL_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+
+
+def run_args(tmp_path, *overrides):
+    return ["train", f"output_dir={tmp_path}", "name=resume", "eval_task=null", "warmup.enabled=false",
+            "tensorboard=false", f"rollout.batch_size={BATCH}", "rollout.group_size=4", "trainer.ppo_minibatches=2",
+            "engine.backend=server", "checkpoint_every=3", *overrides]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def children_of(pid):
+    """Every process whose session is `pid`'s (the run was started in its own session)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout
+    return [int(p) for p, s in (line.split() for line in out.splitlines()) if int(s) == pid and int(p) != pid]
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def assert_continuous(run_dir, steps):
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1)), "a step repeated or missing"
+    assert [m["version"] for m in metrics] == list(range(1, steps + 1))
+    # batch k is prompts [k*B, (k+1)*B): none lost, none trained twice
+    prompts = [p for m in metrics for p in m["prompts"]]
+    assert sorted(prompts) == list(range(steps * BATCH))
+    assert all(sorted(m["prompts"]) == list(range((m["step"] - 1) * BATCH, m["step"] * BATCH)) for m in metrics)
+    clock = [m["elapsed_seconds"] for m in metrics]
+    assert clock == sorted(clock), "the training clock must continue, not restart"
+    return metrics
+
+
+def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_path, env):
+    run = subprocess.Popen([AREAL, *run_args(tmp_path, "steps=12")], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: list(tmp_path.glob("resume-*/checkpoints/step000003")), 240, "the first checkpoint")
+        run_dir = next(tmp_path.glob("resume-*"))
+        time.sleep(random.uniform(0.0, 1.5))  # somewhere after it: mid-step, mid-checkpoint, mid-publish
+        workers = children_of(run.pid)
+        assert workers, "the run should have an engine server and reward workers"
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    wait_for(lambda: not any(process_is_running(p) for p in workers), 10, "the run's processes to be gone")
+    killed_at = len(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else 0
+
+    resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    checkpoint = int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
+    assert 3 <= checkpoint <= max(3, killed_at) and checkpoint % 3 == 0
+    assert_continuous(run_dir, 12)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 12 and summary["trajectories"] == 12 * BATCH * 4
+
+
+def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path, env):
+    first = subprocess.run([AREAL, *run_args(tmp_path, "steps=6")], env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = next(tmp_path.glob("resume-*"))
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["step000003", "step000006"]
+    weights = run_dir / "checkpoints" / "step000006" / "trainer" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    weights.write_bytes(bytes(data))
+    # and a directory a kill left half-written: never taken for a checkpoint
+    (run_dir / "checkpoints" / ".step000009.tmp-x").mkdir()
+
+    resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir), "steps=8"], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "skipping damaged checkpoint step000006" in resumed.stdout
+    assert "from step000003" in resumed.stdout
+    assert_continuous(run_dir, 8)
+
+
+def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path, areal):
+    result = areal("train", "--resume", str(tmp_path))
+    assert result.returncode == 2 and "not a run directory (no config.yaml in it)" in result.stderr
