@@ -1,0 +1,26 @@
+"""Shared by the training benchmarks: run `areal train` as a user would (its own process) and read the run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def train(name: str, output_dir: Path, overrides: list[str], sync: bool = False) -> Path:
+    """Run `areal train` to the end; returns its run directory."""
+    areal = Path(sys.executable).with_name("areal")
+    command = [str(areal), "train", f"name={name}", f"output_dir={output_dir}", *overrides, *(["--sync"] if sync else [])]
+    print(f"[{time.strftime('%X')}] areal {' '.join(command[1:])}", flush=True)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return max(output_dir.glob(f"{name}-*"))
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    evals = run_dir / "evals.jsonl"
+    return {"metrics": [json.loads(line) for line in lines],
+            "evals": [json.loads(line) for line in evals.read_text().splitlines()] if evals.exists() else [],
+            "summary": json.loads((run_dir / "summary.json").read_text())}
