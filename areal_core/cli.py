@@ -267,6 +267,11 @@ from areal_core.rl.commands import train_command  # noqa: E402
 
 cli.add_command(train_command)
 
+from areal_core.eval.commands import eval_command, leaderboard_command  # noqa: E402
+
+cli.add_command(eval_command)
+cli.add_command(leaderboard_command)
+
 
 def _add_plugin_commands() -> None:
     manager = get_plugin_manager()

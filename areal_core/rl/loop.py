@@ -23,7 +23,6 @@ from areal_core.config import config_to_yaml, save_config
 from areal_core.engine.protocol import InferenceEngine
 from areal_core.errors import ConfigError
 from areal_core.reward_service import RewardService, RewardServiceConfig
-from areal_core.rl.evaluate import evaluate_accuracy
 from areal_core.rl.rollout import RolloutConfig, RolloutController, is_uniform, staleness_histogram
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, truncate_log
 from areal_core.rl.trainer import TrainerConfig, create_trainer
@@ -59,6 +58,8 @@ class EvalConfig:
     sampled: bool = True              # temperature = rollout temperature
     max_new_tokens: int | None = None  # default: rollout.max_new_tokens
     stop_at_accuracy: float | None = None  # stop when sampled held-out accuracy reaches this
+    db: str | None = None             # results store (path or SQLAlchemy URL) for `areal leaderboard`; "default":
+                                      # the one `areal eval` uses ($AREAL_EVAL_DB or the user data dir); null: none
 
 
 @dataclass
@@ -305,7 +306,7 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
     try:
         async with Engines(config.engine, model_dir, run_dir) as engine, RewardService(config.reward) as rewards:
             return await _train(config, run_dir, task, eval_task, trainer, tokenizer, engine, rewards, logger,
-                                evals, state, started, echo)
+                                evals, state, started, echo, model_dir)
     finally:
         logger.close()
         trainer.close()
@@ -313,22 +314,33 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
 
 async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, tokenizer, engine, rewards,
                  logger: RunLogger, evals: list[dict[str, Any]], state: dict[str, Any], started: float,
-                 echo) -> dict[str, Any]:
+                 echo, model_dir: Path) -> dict[str, Any]:
     rollout = config.rollout
     eval_tokens = config.eval.max_new_tokens or rollout.max_new_tokens
     first_step = state["step"] + 1
+    from areal_core.eval.records import EvalSettings
+    from areal_core.eval.runner import evaluate_task, record_eval
+    from areal_core.eval.store import default_db
+
+    db = default_db() if config.eval.db == "default" else config.eval.db
+    weights = {"dir": model_dir}  # the directory holding the weights the engine serves now
+
     async def evaluate(step: int) -> dict[str, Any]:
         if eval_task is None:
             return {}
         record: dict[str, Any] = {"step": step}
-        if config.eval.greedy:
-            record["greedy_accuracy"] = (await evaluate_accuracy(
-                engine, eval_task, tokenizer, rewards, temperature=0.0, max_new_tokens=eval_tokens,
-                limit=config.eval.limit, seed=config.seed))["accuracy"]
-        if config.eval.sampled:
-            record["sampled_accuracy"] = (await evaluate_accuracy(
-                engine, eval_task, tokenizer, rewards, temperature=rollout.temperature,
-                max_new_tokens=eval_tokens, limit=config.eval.limit, seed=config.seed))["accuracy"]
+        for key, enabled, temperature in (("greedy_accuracy", config.eval.greedy, 0.0),
+                                          ("sampled_accuracy", config.eval.sampled, rollout.temperature)):
+            if not enabled:
+                continue
+            settings = EvalSettings(n=1, k=(1,), temperature=temperature, top_p=rollout.top_p,
+                                    max_new_tokens=eval_tokens, limit=config.eval.limit, seed=config.seed)
+            result = await evaluate_task(engine, eval_task, tokenizer, rewards, settings,
+                                         reward_options=config.reward_options)
+            record[key] = result.metrics["accuracy"]
+            if db is not None:
+                await asyncio.to_thread(record_eval, db, f"{run_dir.name}@step{step}", eval_task, result,
+                                        model_path=weights["dir"], step=step, run_dir=run_dir)
         evals.append(record)
         with open(run_dir / "evals.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -339,6 +351,7 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
         # publish the starting policy into the run directory (which every server can read) and load it.
         path = await asyncio.to_thread(trainer.publish, run_dir / "weights" / f"v{trainer.version}")
         await engine.update_weights(str(path), trainer.version)
+        weights["dir"] = path
     before = next((e for e in evals if e["step"] == 0), None)
     if before is None:
         before = await evaluate(0)
@@ -375,6 +388,7 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
                 publish_started = time.perf_counter()
                 path = await asyncio.to_thread(trainer.publish, run_dir / "weights" / f"v{trainer.version}")
                 held = await controller.update_weights(str(path), trainer.version)
+                weights["dir"] = path
                 if config.keep_policy_every and step % config.keep_policy_every == 0:
                     await asyncio.to_thread(shutil.copytree, path, run_dir / "policies" / f"step{step:06d}",
                                             dirs_exist_ok=True)
