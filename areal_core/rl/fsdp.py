@@ -1,20 +1,29 @@
 """`FSDPTrainer`: the FSDP2 trainer backend, seen from the controller process.
 
-It starts `torchrun --nproc-per-node N -m areal_core.rl.fsdp_worker` and sends each request (train a batch,
-publish weights, save or load a checkpoint) to rank 0 over an authenticated localhost socket; the ranks run
-it together (see fsdp_worker.py). A rank that dies, or a group that does not answer within
-`fsdp_timeout_s`, is reported as a TrainerError quoting the end of the workers' log, never as a hang:
-the controller waits in short polls and checks torchrun between them.
+It starts `torchrun --nproc-per-node N -m areal_core.rl.fsdp_worker --spec SPEC` on its own machine and
+sends each request (train a batch, publish weights, save or load a checkpoint) to rank 0 over an
+authenticated localhost socket; the ranks run it together (see fsdp_worker.py). A rank that dies, or a
+group that does not answer within `fsdp_timeout_s`, is reported as a TrainerError quoting the end of the
+workers' log, never as a hang: the controller waits in short polls and checks torchrun between them.
+
+Across nodes (`trainer.torchrun_args` with `--nnodes` above 1), this machine is node 0 and global rank 0
+lives here; the user starts the other nodes' torchrun with the same worker module and the spec, which
+this trainer writes to `scratch_dir` (a directory every trainer node mounts at the same path), together
+with a copy of the initial model when that lies outside it. `other_nodes_command` prints the command.
 """
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import logging
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +34,105 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from areal_core.rl.checkpoint import WEIGHTS_FILE, check_model_keys, verify_checkpoint
+from areal_core.rl.fsdp_worker import AUTHKEY_ENV, CONTROLLER_PID_ENV, START_ID_ENV
 from areal_core.rl.trainer import TrainerConfig, TrainerError
 from areal_core.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 LOG_TAIL_LINES = 40
 # After a failure torchrun needs a moment to notice the dead rank, stop the others and write its report.
 GRACE_S = 10.0
+# While the controller sends nothing, rank 0 tells the other ranks every HEARTBEAT_S that it is alive; a
+# rank on another node that hears nothing for HEARTBEAT_TIMEOUT_S takes the controller's node for lost.
+HEARTBEAT_S = 5.0
+HEARTBEAT_TIMEOUT_S = 60.0
+# What the trainer writes to its scratch directory.
+SPEC_FILE = "spec.json"
+ADDRESS_FILE = "rank0.address"
+LOG_FILE = "workers.log"
+LOCK_FILE = "trainer.lock"
+SHARED_MODEL_DIR = "initial-model"
+WORKER_MODULE = "areal_core.rl.fsdp_worker"
+
+
+def torchrun_option(args: Sequence[str], *names: str) -> str | None:
+    """The value of torchrun option `names` (any spelling) in `args`, as `--name V` or `--name=V`; None when
+    absent. The last one wins, as in torchrun."""
+    value = None
+    for i, word in enumerate(args):
+        name, eq, inline = word.partition("=")
+        if name in names:
+            if eq:
+                value = inline
+            elif i + 1 < len(args):
+                value = args[i + 1]
+            else:
+                raise TrainerError(f"trainer.torchrun_args: {word} needs a value")
+    return value
+
+
+def trainer_nodes(torchrun_args: Sequence[str]) -> int:
+    """The most nodes the trainer's torchrun may span (`--nnodes N` or `--nnodes MIN:MAX`; 1 when absent)."""
+    value = torchrun_option(torchrun_args, "--nnodes")
+    if value is None:
+        return 1
+    try:
+        return max(int(part) for part in value.split(":"))
+    except ValueError:
+        raise TrainerError(f"trainer.torchrun_args: --nnodes {value!r} is not a number of nodes "
+                           "(expected N or MIN:MAX)") from None
+
+
+def check_torchrun_args(torchrun_args: Sequence[str]) -> None:
+    """The controller's node must be node 0: global rank 0 takes its requests on 127.0.0.1."""
+    node_rank = torchrun_option(torchrun_args, "--node-rank", "--node_rank")
+    if node_rank is not None and node_rank.strip() != "0":
+        raise TrainerError(f"trainer.torchrun_args sets --node-rank {node_rank}, but the controller's node must be "
+                           "node 0 (global rank 0 takes the controller's requests on 127.0.0.1); give the other "
+                           "nodes' torchrun --node-rank 1, 2, ...")
+
+
+def other_nodes_command(torchrun_args: Sequence[str], spec_path: str | Path) -> str:
+    """The command for each other trainer node, with R (its node rank: 1, 2, ...) and K (its number of
+    ranks) left to fill in: the controller's torchrun options without its own node rank, and the same
+    worker module and spec."""
+    kept: list[str] = []
+    words = iter(torchrun_args)
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if name in ("--node-rank", "--node_rank", "--nproc-per-node", "--nproc_per_node"):
+            if not eq:
+                next(words, None)  # its value
+            continue
+        kept.append(shlex.quote(word))
+    return " ".join(["torchrun", *kept, "--node-rank R --nproc-per-node K -m", WORKER_MODULE,
+                     "--spec", shlex.quote(str(spec_path))])
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link when source and target share a filesystem (free, and the weights are never written in
+    place), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def share_model(model_path: Path, scratch_dir: Path) -> Path:
+    """The initial model where every trainer node can read it: `model_path` when it already lies inside
+    `scratch_dir`, else a copy in `scratch_dir/initial-model` (replaced atomically)."""
+    inside = model_path.resolve().is_relative_to(scratch_dir.resolve())
+    if inside:
+        return scratch_dir / model_path.resolve().relative_to(scratch_dir.resolve())
+    target = scratch_dir / SHARED_MODEL_DIR
+    tmp = scratch_dir / f"{SHARED_MODEL_DIR}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model_path, tmp, copy_function=_link_or_copy)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
 
 
 def _stop_workers(process: subprocess.Popen, pids: list[int], grace_s: float) -> None:
@@ -62,65 +163,120 @@ def _stop_workers(process: subprocess.Popen, pids: list[int], grace_s: float) ->
 
 
 class FSDPTrainer:
-    """Decoupled PPO on `config.fsdp_processes` FSDP2 ranks (gloo on CPU, NCCL on GPU) started with torchrun.
+    """Decoupled PPO on FSDP2 ranks (gloo on CPU, NCCL on GPU) started with torchrun: `config.fsdp_processes`
+    on this machine, plus the ranks of other nodes when `config.torchrun_args` asks for several.
 
     Implements TrainerBackend: the same config trains to the same weights as LocalTrainer. Rank 0 writes
     the published weights and checkpoints, in the same layouts as LocalTrainer. Call close() (or use it as a
     context manager) to stop the ranks; they also exit on their own when this process dies."""
 
     def __init__(self, model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0,
-                 scratch_dir: str | Path | None = None) -> None:
-        """Start the ranks and wait until they are ready. The ranks' spec and log go in a new directory
-        inside `scratch_dir` (default: the system's temporary directory); it is removed by close() unless
-        the group failed, since the error message points to the log."""
+                 scratch_dir: str | Path | None = None, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
+        """Start the ranks and wait until they are ready (across nodes: until the other nodes have joined).
+
+        `scratch_dir` holds what the ranks read (spec.json, and across nodes the initial model unless it
+        already lies inside) and this node's log, workers.log; for a trainer across nodes it must be on a
+        filesystem every trainer node mounts at the same path. Without it, a private temporary directory
+        is used, removed by close() unless the group failed (the error message points to its log).
+        `heartbeat_timeout_s`: how long ranks wait without a word from rank 0 before they take its node
+        for lost and exit."""
         from areal_core.engine.model import check_model_dir, load_tokenizer
 
         if config.fsdp_processes < 1:
             raise TrainerError(f"trainer.fsdp_processes must be at least 1, got {config.fsdp_processes}")
+        if heartbeat_timeout_s <= 0:
+            raise TrainerError(f"heartbeat_timeout_s must be positive, got {heartbeat_timeout_s}")
+        torchrun_args = list(config.torchrun_args)
+        check_torchrun_args(torchrun_args)
+        self.nodes = trainer_nodes(torchrun_args)
+        if self.nodes > 1 and scratch_dir is None:
+            raise TrainerError(f"trainer.torchrun_args asks for up to {self.nodes} nodes, but the FSDP trainer has no "
+                               "scratch_dir: the other nodes read the spec and the model from it, so give a "
+                               "directory on a filesystem every trainer node shares")
         self.config = config
         self.version = version
         model_path = check_model_dir(Path(model_path).resolve())
         self.tokenizer = load_tokenizer(model_path)
-        self.worker_pids: list[int] = []
+        self.worker_pids: list[int] = []  # the ranks on this machine
+        self.members: list[dict[str, Any]] = []  # every rank: rank, host, pid, ...
         self.world_size = 0
         self._failure: str | None = None
         self._connection: Connection | None = None
-        self.work_dir = Path(tempfile.mkdtemp(prefix="areal-fsdp-", dir=scratch_dir))
-        self.log_path = self.work_dir / "workers.log"
-        address_file = self.work_dir / "rank0.address"
-        spec = {"model_path": str(model_path), "config": dataclasses.asdict(config), "total_steps": total_steps,
-                "version": version, "controller_pid": os.getpid(), "address_file": str(address_file),
-                "timeout_s": config.fsdp_timeout_s}
-        spec_path = self.work_dir / "spec.json"
-        spec_path.write_text(json.dumps(spec, indent=2))
-        authkey = secrets.token_bytes(32)
-        env = {**os.environ, "AREAL_FSDP_AUTHKEY": authkey.hex(),
-               "OMP_NUM_THREADS": str(config.fsdp_threads_per_process)}
-        # Our defaults come first so that the same option in torchrun_args overrides them.
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(config.fsdp_processes),
-                   "--max-restarts", "0", "--monitor-interval", "0.5",
-                   *(config.torchrun_args or ["--standalone"]),
-                   "-m", "areal_core.rl.fsdp_worker", str(spec_path)]
-        with open(self.log_path, "ab") as log:
-            # A session of its own: a Ctrl-C in the terminal reaches the controller, which stops the ranks.
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=env, start_new_session=True)
-        self._finalizer = weakref.finalize(self, _stop_workers, self._process, self.worker_pids, GRACE_S)
+        self._private_dir = scratch_dir is None
+        if scratch_dir is None:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="areal-fsdp-"))
+        else:
+            # absolute, not resolved: the other nodes see the directory under the name the user gave it
+            self.work_dir = Path(scratch_dir).absolute()
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = self._lock_work_dir()
         try:
-            deadline = time.monotonic() + config.fsdp_timeout_s
-            while not address_file.exists():
-                self._check_alive("starting", deadline)
-                time.sleep(POLL_S)
-            address = json.loads(address_file.read_text())
-            self._connection = Client((address["host"], address["port"]), authkey=authkey)
-            ready = self._receive("starting", deadline)
+            self._start(model_path, config, total_steps, version, heartbeat_timeout_s, torchrun_args)
         except BaseException:
             self.close()
             raise
+
+    def _start(self, model_path: Path, config: TrainerConfig, total_steps: int, version: int,
+               heartbeat_timeout_s: float, torchrun_args: list[str]) -> None:
+        self.spec_path = self.work_dir / SPEC_FILE
+        self.log_path = self.work_dir / LOG_FILE
+        address_file = self.work_dir / ADDRESS_FILE
+        address_file.unlink(missing_ok=True)  # an earlier start's
+        self.model_path = share_model(model_path, self.work_dir) if self.nodes > 1 else model_path
+        start_id = secrets.token_hex(8)
+        spec = {"model_path": str(self.model_path), "config": dataclasses.asdict(config),
+                "total_steps": total_steps, "version": version, "start_id": start_id,
+                "controller_host": socket.gethostname(), "controller_pid": os.getpid(),
+                "address_file": str(address_file), "timeout_s": config.fsdp_timeout_s,
+                "heartbeat_s": min(HEARTBEAT_S, heartbeat_timeout_s / 4), "heartbeat_timeout_s": heartbeat_timeout_s}
+        # Written in place, not renamed: an NFS client revalidates an open file, not always a renamed name.
+        self.spec_path.write_text(json.dumps(spec, indent=2))
+        authkey = secrets.token_bytes(32)
+        env = {**os.environ, AUTHKEY_ENV: authkey.hex(), CONTROLLER_PID_ENV: str(os.getpid()),
+               START_ID_ENV: start_id, "OMP_NUM_THREADS": str(config.fsdp_threads_per_process)}
+        # Our defaults come first so that the same option in torchrun_args overrides them.
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(config.fsdp_processes),
+                   "--max-restarts", "0", "--monitor-interval", "0.5",
+                   *(torchrun_args or ["--standalone"]),
+                   "-m", WORKER_MODULE, "--spec", str(self.spec_path)]
+        with open(self.log_path, "ab") as worker_log:
+            self._log_start = worker_log.tell()  # the log may hold earlier starts: quote only this one
+            worker_log.write(f"--- FSDP trainer start {start_id} ({time.strftime('%Y-%m-%d %H:%M:%S')}): "
+                             f"{shlex.join(command)}\n".encode())
+            worker_log.flush()
+            # A session of its own: a Ctrl-C in the terminal reaches the controller, which stops the ranks.
+            self._process = subprocess.Popen(command, stdout=worker_log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self._finalizer = weakref.finalize(self, _stop_workers, self._process, self.worker_pids, GRACE_S)
+        if self.nodes > 1:
+            log.warning("FSDP trainer across up to %d nodes: this node is node 0 and waits for the others; "
+                        "start on each other node (R = 1, 2, ...; K = its number of ranks): %s",
+                        self.nodes, other_nodes_command(torchrun_args, self.spec_path))
+        deadline = time.monotonic() + config.fsdp_timeout_s
+        while not address_file.exists():
+            self._check_alive("starting", deadline)
+            time.sleep(POLL_S)
+        address = json.loads(address_file.read_text())
+        if "error" in address:
+            raise self._fail("starting", address["error"], refused=True)
+        self._connection = Client((address["host"], address["port"]), authkey=authkey)
+        ready = self._receive("starting", deadline)
         self.worker_pids.extend(ready["pids"])
+        self.members = ready["members"]
         self.world_size = ready["world_size"]
         self._parameter_names: set[str] = set(ready["parameters"])
         self._tied_embeddings: bool = ready["tied_embeddings"]
+
+    def _lock_work_dir(self) -> Any:
+        """Hold a lock on the scratch directory for this trainer's life: two trainers there would overwrite
+        each other's spec. The lock goes with the process, so a crashed run leaves none behind."""
+        lock = open(self.work_dir / LOCK_FILE, "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise TrainerError(f"another FSDP trainer is using the scratch directory {self.work_dir}") from None
+        return lock
 
     @property
     def torchrun_pid(self) -> int:
@@ -161,8 +317,13 @@ class FSDPTrainer:
         return self.version
 
     def close(self) -> None:
-        """Ask the ranks to finish, wait for torchrun to exit, and stop whatever is left."""
-        if self._connection is not None and self._failure is None and self._process.poll() is None:
+        """Ask the ranks to finish, wait for torchrun to exit, and stop whatever is left. The ranks of other
+        nodes end with rank 0, and their torchrun with them."""
+        if self._lock.closed:
+            return
+        torchrun_started = hasattr(self, "_finalizer")
+        if (torchrun_started and self._connection is not None and self._failure is None
+                and self._process.poll() is None):
             try:
                 self._connection.send(("close",))
                 self._process.wait(GRACE_S)
@@ -171,9 +332,18 @@ class FSDPTrainer:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-        self._finalizer()
-        if self._failure is None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)  # after a failure its log is quoted: keep it
+        if torchrun_started:
+            self._finalizer()
+        if self._private_dir:
+            if self._failure is None:
+                shutil.rmtree(self.work_dir, ignore_errors=True)  # after a failure its log is quoted: keep it
+        else:
+            # The log stays with the run. Without the spec, a node started late is told there is none,
+            # rather than joining a trainer that has gone.
+            for name in (SPEC_FILE, ADDRESS_FILE):
+                (self.work_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(self.work_dir / SHARED_MODEL_DIR, ignore_errors=True)
+        self._lock.close()
 
     def __enter__(self) -> "FSDPTrainer":
         return self
@@ -203,18 +373,38 @@ class FSDPTrainer:
                     raise self._fail(command, "rank 0 closed its connection (the process died)") from None
                 if status == "ok":
                     return payload
-                raise self._fail(command, f"rank 0 raised an error:\n{payload.rstrip()}")
+                if payload.startswith("Traceback"):
+                    # the exception's own line first (a collective that lost another node says so there)
+                    last = payload.rstrip().splitlines()[-1]
+                    raise self._fail(command, f"rank 0 raised an error: {last}\n{payload.rstrip()}")
+                raise self._fail(command, payload.rstrip(), reported_by_rank0=True)
             self._check_alive(command, deadline)
 
     def _check_alive(self, command: str, deadline: float) -> None:
         code = self._process.poll()
         if code is not None:
-            raise self._fail(command, f"the worker group (torchrun) exited with code {code}")
+            refusal = self._refusal() if command == "starting" else None
+            if refusal is not None:
+                raise self._fail(command, refusal, refused=True)
+            reason = f"the worker group (torchrun) exited with code {code}"
+            raise self._fail(command, reason)
         if time.monotonic() > deadline:
-            raise self._fail(command, f"no answer within trainer.fsdp_timeout_s={self.config.fsdp_timeout_s:g}s")
+            reason = f"no answer within trainer.fsdp_timeout_s={self.config.fsdp_timeout_s:g}s"
+            if command == "starting" and self.nodes > 1:
+                reason += (f" (did the other trainer nodes start? each runs "
+                           f"`{other_nodes_command(self.config.torchrun_args, self.spec_path)}`)")
+            raise self._fail(command, reason)
 
-    def _fail(self, command: str, reason: str) -> TrainerError:
-        """Stop the group for good and describe what happened, with the end of the workers' log."""
+    def _refusal(self) -> str | None:
+        """Why the ranks refused to serve this controller, when they said so (see fsdp_worker.Rank.refuse)."""
+        try:
+            return json.loads((self.work_dir / ADDRESS_FILE).read_text()).get("error")
+        except (OSError, ValueError):
+            return None
+
+    def _fail(self, command: str, reason: str, refused: bool = False, reported_by_rank0: bool = False) -> TrainerError:
+        """Stop the group for good and describe what happened: the rank that torchrun saw fail first, and
+        the end of the workers' log (unless the ranks refused to start, which `reason` says in full)."""
         try:
             self._process.wait(GRACE_S)  # let torchrun report which rank failed and why
         except subprocess.TimeoutExpired:
@@ -223,13 +413,19 @@ class FSDPTrainer:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        if refused:
+            self._failure = f"the ranks refused to start: {reason}"
+            return TrainerError(f"FSDP trainer cannot start: {reason} (log: {self.log_path})")
         try:
-            log = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as worker_log:
+                worker_log.seek(self._log_start)
+                text = worker_log.read().decode(errors="replace")
         except OSError:
-            log = ""
-        root_cause, tail = summarise_worker_log(log)
+            text = ""
+        root_cause, tail = summarise_worker_log(text)
         first_line = reason.splitlines()[0]
-        if root_cause:
+        # When rank 0 exited on purpose after telling us why, torchrun's "rank 0 died first" adds nothing.
+        if root_cause and not (reported_by_rank0 and root_cause.startswith("rank 0 ")):
             first_line = f"{root_cause}; {first_line}"
         self._failure = f"{first_line} while running {command!r}"
         lines = [*reason.splitlines()[1:]]

@@ -1,6 +1,12 @@
-"""One rank of the FSDP trainer. `FSDPTrainer` (areal_core/rl/fsdp.py) starts these with torchrun:
+"""One rank of the FSDP trainer. `FSDPTrainer` (areal_core/rl/fsdp.py) starts the ranks of its own node:
 
-    torchrun --nproc-per-node N -m areal_core.rl.fsdp_worker SPEC.json
+    torchrun --nproc-per-node N -m areal_core.rl.fsdp_worker --spec SCRATCH/spec.json
+
+and, for a trainer across nodes, the user starts the other nodes' ranks with the same module and the same
+spec (which the controller writes to its `scratch_dir`, on a filesystem every trainer node shares):
+
+    torchrun --nnodes M --node-rank R --nproc-per-node K --master-addr CONTROLLER_HOST --master-port PORT \
+        -m areal_core.rl.fsdp_worker --spec RUN_DIR/trainer/spec.json
 
 Every rank loads the model, shards it with FSDP2 (`fully_shard` per decoder layer, then the root) and
 builds the same `PPOLearner` as the local trainer. Rank 0 listens on a localhost socket (address written to
@@ -8,17 +14,27 @@ the spec's `address_file`, authenticated with the key in $AREAL_FSDP_AUTHKEY) an
 controller: ("train", trajectories, temperature), ("publish", dir), ("save", dir), ("load", dir), ("close",).
 It broadcasts each request to the other ranks, all ranks run it, and rank 0 sends back ("ok", result) or
 ("error", traceback). An error is fatal to the whole group: the rank exits, torchrun stops the others, and
-the controller reports it. Every rank exits when the controller process disappears.
+the controller reports it.
+
+How ranks end when something else dies:
+- every rank exits as soon as its torchrun is gone; the ranks the controller started (they find
+  $AREAL_FSDP_CONTROLLER_PID) also exit as soon as the controller process is gone;
+- ranks on other nodes cannot see that process. While no request comes, rank 0 broadcasts a heartbeat
+  every `heartbeat_s`; a rank that hears nothing for `heartbeat_timeout_s`, or whose connection to rank 0
+  breaks, logs why and exits, and its torchrun then ends.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import socket
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
@@ -36,41 +52,106 @@ from areal_core.rl.checkpoint import (
 )
 from areal_core.rl.trainer import DataParallel, PPOLearner, TrainerConfig, TrainerError, rng_state
 
-# Requests arrive whenever the controller gets round to them (after a rollout batch fills, say), so the
-# ranks wait on the control group for as long as the controller lives; the watchdog covers its death.
-IDLE_TIMEOUT = timedelta(days=30)
-EXIT_CONTROLLER_GONE = 3
+# What FSDPTrainer puts in the environment of the torchrun it starts. Ranks started by hand on other nodes
+# lack them, which is how a rank knows whether it shares the controller's machine.
+AUTHKEY_ENV = "AREAL_FSDP_AUTHKEY"
+CONTROLLER_PID_ENV = "AREAL_FSDP_CONTROLLER_PID"
+START_ID_ENV = "AREAL_FSDP_START_ID"
+
+EXIT_CONTROLLER_GONE = 3    # the controller process (ranks on its machine), or this rank's torchrun, died
+EXIT_GROUP_LOST = 4         # rank 0, or another rank, went away while the group waited for a request
+EXIT_BAD_GROUP = 5          # the group cannot serve this controller: stale spec, or rank 0 on another node
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What FSDPTrainer tells its ranks (a JSON file; the path is the worker's one argument)."""
+    """What FSDPTrainer tells its ranks (a JSON file in its scratch directory, given with --spec)."""
 
     model_path: str
     config: dict[str, Any]
     total_steps: int
     version: int
+    start_id: str               # new for every FSDPTrainer: a rank that read an older spec is refused
+    controller_host: str
     controller_pid: int
     address_file: str
     timeout_s: float
+    heartbeat_s: float
+    heartbeat_timeout_s: float
 
 
-def watch_controller(pid: int, interval_s: float = 1.0) -> None:
-    """Exit this rank as soon as the controller process is gone, so no rank outlives it (torchrun then
-    sees the failed rank and stops the rest)."""
+def read_spec(path: Path) -> WorkerSpec:
+    """The spec at `path`, or a TrainerError that says what is wrong with it."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TrainerError(f"no trainer spec at {path}: start the controller (areal train) first; the spec is "
+                           "RUN_DIR/trainer/spec.json, on the filesystem every trainer node shares") from None
+    except (OSError, ValueError) as exc:
+        raise TrainerError(f"cannot read the trainer spec {path}: {exc}") from None
+    expected = {f.name for f in fields(WorkerSpec)}
+    if not isinstance(data, dict) or set(data) != expected:
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise TrainerError(f"{path} is not a trainer spec of this areal version: expected the keys "
+                           f"{sorted(expected)}, found {found}")
+    return WorkerSpec(**data)
+
+
+def log(message: str) -> None:
+    print(f"fsdp worker {os.environ.get('RANK', '?')} (pid {os.getpid()}, {socket.gethostname()}): {message}",
+          file=sys.stderr, flush=True)
+
+
+def watch_processes(controller_pid: int | None, interval_s: float = 1.0) -> None:
+    """Exit this rank as soon as its torchrun, or the controller process (on the controller's machine), is
+    gone, so no rank outlives them (torchrun, or rank 0's heartbeat, then ends the rest of the group)."""
+    torchrun_pid = os.getppid()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # exists, owned by someone else: alive
+        return False
 
     def watch() -> None:
         while True:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                print(f"fsdp worker {os.getpid()}: controller process {pid} is gone; exiting", file=sys.stderr, flush=True)
+            if controller_pid is not None and gone(controller_pid):
+                log(f"the controller process {controller_pid} is gone; exiting")
                 os._exit(EXIT_CONTROLLER_GONE)
-            except PermissionError:
-                pass  # exists, owned by someone else: alive
+            if os.getppid() != torchrun_pid:
+                log(f"this rank's torchrun (pid {torchrun_pid}) is gone; exiting")
+                os._exit(EXIT_CONTROLLER_GONE)
             time.sleep(interval_s)
 
-    threading.Thread(target=watch, name="controller-watchdog", daemon=True).start()
+    threading.Thread(target=watch, name="process-watchdog", daemon=True).start()
+
+
+def group_problem(members: list[dict[str, Any]], spec: WorkerSpec, spec_path: str) -> str | None:
+    """Why this group of ranks cannot serve the controller, or None. `members[r]` describes rank r: its
+    host, the start id of the spec it read, and the start id of the controller that started it (None for
+    a rank started by hand on another node). Every rank computes the same answer from the same list."""
+    started = [m["controller_start_id"] for m in members if m["controller_start_id"] is not None]
+    if not started:
+        return ("no rank of this group was started by an areal controller (FSDPTrainer): start `areal train` "
+                "first; it starts the ranks of its own node")
+    current = started[0]
+    stale = [r for r, m in enumerate(members) if m["spec_start_id"] != current]
+    if stale:
+        hosts = sorted({members[r]["host"] for r in stale})
+        return (f"ranks {stale} (on {', '.join(hosts)}) read the spec {spec_path} of another trainer start, not "
+                f"the controller's current one: start the other nodes' torchrun after the controller has "
+                f"written the spec, and check that every node sees the same shared directory")
+    if members[0]["controller_start_id"] is None:
+        return (f"global rank 0 is not one of the ranks the controller started (it runs on "
+                f"{members[0]['host']}, the controller on {spec.controller_host}): rank 0 takes the controller's "
+                f"requests on 127.0.0.1, so the controller's torchrun must be node 0. Use torchrun's static "
+                f"rendezvous (--master-addr "
+                f"CONTROLLER_HOST --master-port PORT; --node-rank 0 for the controller, 1, 2, ... on the other "
+                f"nodes); the c10d backend numbers the nodes by host name and ignores --node-rank")
+    return None
 
 
 def shard_model(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
@@ -89,17 +170,21 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
     return model
 
 
+class GroupLost(Exception):
+    """A collective on the request channel failed: some rank (rank 0 included) went away or fell silent."""
+
+
 class Rank:
-    """This process's part of the FSDP trainer: the sharded learner, and on rank 0 the controller link."""
+    """This process's part of the FSDP trainer: the sharded learner, and on rank 0 the controller link.
 
-    def __init__(self, spec: WorkerSpec) -> None:
-        from torch.distributed.device_mesh import init_device_mesh
+    `started_by_controller` is the start id of the controller that started this rank's torchrun (None on
+    other nodes, where the user started it)."""
 
-        from areal_core.engine.model import load_model, load_tokenizer
-
+    def __init__(self, spec: WorkerSpec, spec_path: str, started_by_controller: str | None) -> None:
         self.spec = spec
         self.config = config = TrainerConfig(**spec.config)
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.started_by_controller = started_by_controller
         local_rank = int(os.environ["LOCAL_RANK"])
         if config.device.startswith("cuda"):
             self.device = torch.device("cuda", local_rank)
@@ -108,12 +193,26 @@ class Rank:
         else:
             self.device = torch.device("cpu")
             backend = "gloo"
-        timeout = timedelta(seconds=spec.timeout_s)
-        dist.init_process_group(backend, timeout=timeout)
-        # Requests travel on their own gloo group, which may wait idle far longer than a collective should.
-        self.control = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
-        mesh = init_device_mesh(self.device.type, (self.world,))
+        dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s))
+        # Objects that a request exchanges (RNG states, checkpoint metadata), and the barrier that ends each
+        # request, travel on a gloo group with the request timeout.
+        self.control = dist.new_group(backend="gloo", timeout=timedelta(seconds=spec.timeout_s))
+        # Requests and heartbeats travel on their own gloo group. Rank 0 sends something at least every
+        # heartbeat_s while the group waits, so a wait longer than heartbeat_timeout_s means rank 0 is gone.
+        self.requests = dist.new_group(backend="gloo", timeout=timedelta(seconds=spec.heartbeat_timeout_s))
+        self.me = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+                   "spec_start_id": spec.start_id, "controller_start_id": started_by_controller}
+        self.members: list[dict[str, Any]] = [{}] * self.world
+        dist.all_gather_object(self.members, self.me, group=self.control)
+        self.problem = group_problem(self.members, spec, spec_path)
 
+    def build_learner(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from areal_core.engine.model import load_model, load_tokenizer
+
+        spec, config = self.spec, self.config
+        mesh = init_device_mesh(self.device.type, (self.world,))
         self.tokenizer = load_tokenizer(spec.model_path)
         model = shard_model(load_model(spec.model_path, dtype=config.dtype, device=str(self.device)).train(), mesh)
         reference = None
@@ -124,8 +223,17 @@ class Rank:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
                                   DataParallel(self.rank, self.world, self.device))
-        self.pids: list[int] = [0] * self.world
-        dist.all_gather_object(self.pids, os.getpid(), group=self.control)
+        # Nodes load at their own pace; the request channel's short timeout starts only once all are done.
+        dist.barrier(group=self.control)
+
+    def refuse(self, problem: str) -> int:
+        """Tell the controller why this group cannot serve it (the first rank on its machine writes the
+        reason where the controller looks for rank 0's address), and exit."""
+        on_controller_node = [m["rank"] for m in self.members if m["controller_start_id"] is not None]
+        if on_controller_node and self.rank == on_controller_node[0]:
+            write_atomically(Path(self.spec.address_file), {"error": problem})
+        log(f"cannot start: {problem}")
+        return EXIT_BAD_GROUP
 
     # -- requests: every rank runs each one ----------------------------------------------------------------
     def train(self, trajectories: list, temperature: float) -> dict[str, Any]:
@@ -169,39 +277,78 @@ class Rank:
     # -- the request loop ------------------------------------------------------------------------------------
     def connect(self) -> Connection:
         """Rank 0: listen on localhost, tell the controller where (atomically written file), accept it."""
-        listener = Listener(("127.0.0.1", 0), authkey=bytes.fromhex(os.environ["AREAL_FSDP_AUTHKEY"]))
-        address = Path(self.spec.address_file)
-        tmp = address.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"host": listener.address[0], "port": listener.address[1]}))
-        os.replace(tmp, address)
+        listener = Listener(("127.0.0.1", 0), authkey=bytes.fromhex(os.environ[AUTHKEY_ENV]))
+        write_atomically(Path(self.spec.address_file), {"host": listener.address[0], "port": listener.address[1]})
         connection = listener.accept()
         listener.close()
         return connection
 
-    def serve(self) -> int:
-        """Run requests until the controller says close (returns 0) or disappears (returns 1)."""
-        connection = None
-        if self.rank == 0:
-            connection = self.connect()
-            connection.send(("ok", {"pids": self.pids, "world_size": self.world, "version": self.learner.version,
-                                    "parameters": sorted(self.learner.parameter_names()),
-                                    "tied_embeddings": self.learner.tied_embeddings}))
-        handlers = {"train": self.train, "publish": self.publish, "save": self.save, "load": self.load}
-        while True:
-            box: list[Any] = [None]
-            if connection is not None:
+    def next_request(self, connection: Connection | None) -> tuple:
+        """Every rank: the controller's next request, or ("heartbeat",) when none came within heartbeat_s.
+        Rank 0 reads it from the controller and broadcasts it; raises GroupLost when that fails."""
+        box: list[Any] = [None]
+        if connection is not None:
+            if connection.poll(self.spec.heartbeat_s):
                 try:
                     box[0] = connection.recv()
                 except (EOFError, OSError):
                     box[0] = ("abort",)
-            dist.broadcast_object_list(box, src=0, group=self.control)
-            command, *args = box[0]
+            else:
+                box[0] = ("heartbeat",)
+        try:
+            dist.broadcast_object_list(box, src=0, group=self.requests)
+        except RuntimeError as exc:  # gloo: a closed connection, or no message within the group's timeout
+            raise GroupLost(gloo_reason(exc)) from None
+        return box[0]
+
+    def group_lost(self, reason: str, connection: Connection | None) -> int:
+        if self.rank == 0:
+            message = (f"the trainer group lost a rank between requests: another rank or node "
+                       f"went away ({reason})")
+            other_hosts = sorted({m["host"] for m in self.members if m["controller_start_id"] is None})
+            if other_hosts:
+                message += f"; see the torchrun log of the other nodes ({', '.join(other_hosts)})"
+            if connection is not None:
+                try:  # the controller reads it with its next request
+                    connection.send(("error", message))
+                except OSError:
+                    pass
+        else:
+            message = (f"lost rank 0 (on the controller's node, {self.spec.controller_host}): no request or "
+                       f"heartbeat came ({reason}); the controller or its trainer ranks are gone; exiting")
+        log(message)
+        return EXIT_GROUP_LOST
+
+    def serve(self) -> int:
+        """Run requests until the controller says close (returns 0), disappears (returns 1), or the group
+        loses a rank (returns EXIT_GROUP_LOST)."""
+        connection = None
+        if self.rank == 0:
+            connection = self.connect()
+            local_pids = [m["pid"] for m in self.members if m["controller_start_id"] is not None]
+            connection.send(("ok", {"pids": local_pids, "members": self.members, "world_size": self.world,
+                                    "version": self.learner.version,
+                                    "parameters": sorted(self.learner.parameter_names()),
+                                    "tied_embeddings": self.learner.tied_embeddings}))
+        handlers = {"train": self.train, "publish": self.publish, "save": self.save, "load": self.load}
+        while True:
+            try:
+                command, *args = self.next_request(connection)
+            except GroupLost as exc:
+                return self.group_lost(str(exc), connection)
+            if command == "heartbeat":
+                continue
             if command in ("close", "abort"):
+                if command == "abort":
+                    log("the controller's connection to rank 0 closed (the controller died); exiting")
                 dist.barrier(group=self.control)
                 dist.destroy_process_group()
                 return 0 if command == "close" else 1
             try:
                 result = handlers[command](*args)
+                # Rank 0 may still be writing files alone: the others wait here, under the request timeout,
+                # rather than on the request channel, whose timeout is only heartbeat_timeout_s.
+                dist.barrier(group=self.control)
             except BaseException:
                 if connection is not None:
                     try:
@@ -213,15 +360,44 @@ class Rank:
                 connection.send(("ok", result))
 
 
+def gloo_reason(exc: BaseException) -> str:
+    """`[.../pair.cc:553] Connection closed by peer [10.0.0.2]:4321. This is typically ...` -> its first
+    sentence, without the source location."""
+    text = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    return text.split(". ", 1)[0].rstrip(".")
+
+
+def write_atomically(path: Path, content: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(content))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: torchrun ... -m areal_core.rl.fsdp_worker SPEC.json (started by FSDPTrainer)", file=sys.stderr)
+    parser = argparse.ArgumentParser(
+        prog="torchrun [torchrun options] -m areal_core.rl.fsdp_worker",
+        description="One rank of areal's FSDP trainer. The controller (areal train) starts the ranks of its own "
+                    "node; on the other trainer nodes, start them with torchrun and the same --spec (see the "
+                    "trainer-across-nodes section of docs/deployment.md).")
+    parser.add_argument("--spec", required=True, type=Path, metavar="SPEC.json",
+                        help="the spec the controller wrote: RUN_DIR/trainer/spec.json on the shared filesystem")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        parser.error("run this module under torchrun (RANK and WORLD_SIZE are not set)")
+    try:
+        spec = read_spec(args.spec)
+    except TrainerError as exc:
+        log(str(exc))
         return 2
-    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
-    watch_controller(spec.controller_pid)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    return Rank(spec).serve()
+    started_by_controller = os.environ.get(START_ID_ENV)
+    # Only the controller's machine can see its process; elsewhere the heartbeat stands in for it.
+    watch_processes(int(os.environ[CONTROLLER_PID_ENV]) if started_by_controller is not None else None)
+    torch.set_num_threads(TrainerConfig(**spec.config).fsdp_threads_per_process)
+    rank = Rank(spec, str(args.spec), started_by_controller)
+    if rank.problem is not None:
+        return rank.refuse(rank.problem)
+    rank.build_learner()
+    return rank.serve()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, Sequence
 
 import torch
 
-from areal_core.errors import ArealError
+from areal_core.errors import ArealError, ConfigError
 from areal_core.rl.algorithms import (
     AdvantageEstimator,
     PPOStats,
@@ -65,11 +65,22 @@ class TrainerConfig:
     dtype: str = "float32"
     device: str = "cpu"                 # fsdp: "cuda" gives each rank its local GPU (NCCL); "cpu" uses gloo
     fsdp_processes: int = 2             # fsdp: ranks torchrun starts on this machine (--nproc-per-node)
-    torchrun_args: list[str] = field(default_factory=list)  # fsdp: extra torchrun arguments, e.g. multi-node
-    #                                     rendezvous (--nnodes 2 --node-rank 0 --rdzv-endpoint HOST:PORT);
-    #                                     empty: --standalone. Rank 0 must run on the controller's machine.
+    # fsdp: extra torchrun arguments; empty: --standalone. Across nodes, this machine is node 0 of a static
+    # rendezvous: [--nnodes, 2, --node-rank, 0, --master-addr, HOST, --master-port, 29500] (docs/deployment.md).
+    # Numbers may be given unquoted: they are turned into strings.
+    torchrun_args: list[str | int | float] = field(default_factory=list)
     fsdp_threads_per_process: int = 1   # fsdp: torch / OpenMP threads of each rank
     fsdp_timeout_s: float = 1800.0      # fsdp: longest wait for the ranks to start, or to finish one request
+
+    def __post_init__(self) -> None:
+        # YAML reads `--nnodes, 2` as a string and an int; torchrun wants words.
+        words = []
+        for i, word in enumerate(self.torchrun_args):
+            if isinstance(word, bool) or not isinstance(word, (str, int, float)):
+                raise ConfigError(f"trainer.torchrun_args[{i}]: expected a string or a number, got "
+                                  f"{type(word).__name__} {word!r}")
+            words.append(str(word))
+        self.torchrun_args = words
 
 
 class TrainerBackend(Protocol):
@@ -92,14 +103,19 @@ class TrainerBackend(Protocol):
         """Release processes and other resources; the trainer is unusable afterwards."""
 
 
-def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0) -> TrainerBackend:
-    """The backend named by `config.backend`, loaded from the HF model directory `model_path`."""
+def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0,
+                   scratch_dir: str | Path | None = None) -> TrainerBackend:
+    """The backend named by `config.backend`, loaded from the HF model directory `model_path`.
+
+    `scratch_dir` (the run's `trainer/` directory): where the FSDP trainer writes what its ranks read and
+    its workers' log; a trainer across nodes needs it on a filesystem all its nodes share. The local
+    trainer does not use it."""
     if config.backend == "local":
         return LocalTrainer(model_path, config, total_steps, version)
     if config.backend == "fsdp":
         from areal_core.rl.fsdp import FSDPTrainer
 
-        return FSDPTrainer(model_path, config, total_steps, version)
+        return FSDPTrainer(model_path, config, total_steps, version, scratch_dir=scratch_dir)
     raise TrainerError(f"trainer.backend {config.backend!r} is not a trainer backend; expected 'local' or 'fsdp'")
 
 
