@@ -297,7 +297,7 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
         model_dir = warm_dir
 
     state: dict[str, Any] = checkpoint[1] if checkpoint else {"step": 0, "elapsed_seconds": 0.0, "trajectories": 0}
-    trainer = create_trainer(model_dir, config.trainer, total_steps=config.steps)
+    trainer = create_trainer(model_dir, config.trainer, total_steps=config.steps, scratch_dir=run_dir / "trainer")
     if checkpoint is not None:
         trainer.load_checkpoint(checkpoint[0] / "trainer")
     tokenizer = trainer.tokenizer

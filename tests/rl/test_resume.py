@@ -111,3 +111,17 @@ def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path,
 def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path, areal):
     result = areal("train", "--resume", str(tmp_path))
     assert result.returncode == 2 and "not a run directory (no config.yaml in it)" in result.stderr
+
+
+def test_fsdp_training_run_checkpoints_and_resumes_through_areal_train(tmp_path, env):
+    args = run_args(tmp_path, "steps=2", "trainer.backend=fsdp", "trainer.fsdp_processes=2", "engine.backend=local",
+                    "checkpoint_every=1")
+    first = subprocess.run([AREAL, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = next(tmp_path.glob("resume-*"))
+    assert "FSDP trainer start" in (run_dir / "trainer" / "workers.log").read_text()  # torchrun ran in the run dir
+    resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir), "steps=3"], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "from step000002" in resumed.stdout
+    assert_continuous(run_dir, 3)
