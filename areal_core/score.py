@@ -33,9 +33,9 @@ class ScoreSummary:
     errors: int
 
 
-def read_score_input(path: Path, reward: str) -> list[dict[str, Any]]:
-    """Read and validate the input rows; raise InputError naming the first bad line."""
-    spec = reward_registry().get(reward)
+def read_response_rows(path: Path) -> list[tuple[int, str, dict[str, Any]]]:
+    """(line number, "FILE:LINE", row) for each JSON object of a JSONL file of responses (blank lines
+    skipped); InputError naming the first unreadable line or row without a string `response`."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -57,6 +57,15 @@ def read_score_input(path: Path, reward: str) -> list[dict[str, Any]]:
             raise InputError(f"{where}: missing field 'response'")
         if not isinstance(row["response"], str):
             raise InputError(f"{where}: field 'response' must be a string, got {type(row['response']).__name__}")
+        rows.append((number, where, row))
+    return rows
+
+
+def read_score_input(path: Path, reward: str) -> list[dict[str, Any]]:
+    """Read and validate the input rows; raise InputError naming the first bad line."""
+    spec = reward_registry().get(reward)
+    rows = []
+    for _, where, row in read_response_rows(path):
         check_sample(spec, row, where)
         rows.append(row)
     if not rows:

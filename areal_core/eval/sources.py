@@ -10,7 +10,6 @@ Both kinds implement `ResponseSource`; the runner neither knows nor cares which 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from areal_core.errors import ConfigError, InputError
+from areal_core.score import read_response_rows
 from areal_core.eval.records import EvalSettings, sample_seed
 from areal_core.eval.store import ResultsStore, dumps
 from areal_core.tasks import FieldSpec, Task
@@ -196,18 +196,7 @@ class ReplaySource:
         self.path = Path(ref.target)
         self.model_hash = hashlib.sha256(self.path.read_bytes()).hexdigest()
         self.rows: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"{self.path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            if not isinstance(row.get("response"), str):
-                raise InputError(f"{where}: expected a string field 'response'")
+        for number, where, row in read_response_rows(self.path):
             task = row.get("task")
             if task is None:
                 if len(tasks) > 1:

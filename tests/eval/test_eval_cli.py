@@ -88,7 +88,7 @@ def test_an_identical_eval_is_recognised_and_reported_from_the_store(areal, eval
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "replay:{bad_id}"], "bad_id.jsonl:2: id='1+1' is not a problem of task 'arithmetic-test'"),
-    (["--model", "replay:{no_response}"], "no_response.jsonl:1: expected a string field 'response'"),
+    (["--model", "replay:{no_response}"], "no_response.jsonl:1: missing field 'response'"),
     (["--model", "replay:{partial}"], "no responses for 490 of the 500 problems of task 'arithmetic-test'"),
     (["--model", "replay:{partial}", "--n", "4"], "--n does not apply to replayed responses"),
     (["--model", "replay:{partial}", "--limit", "10", "--k", "2"], "--k 2: every k must be between 1 and n=1"),
