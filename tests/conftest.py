@@ -17,6 +17,19 @@ def shared_data_dir() -> Path:
     return Path(env) if env else REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_eval_store(tmp_path_factory):
+    """`areal train` and `areal eval` record results in the user's store by default: tests (and the
+    processes they start) use a throw-away one instead."""
+    previous = os.environ.get("AREAL_EVAL_DB")
+    os.environ["AREAL_EVAL_DB"] = str(tmp_path_factory.mktemp("eval-store") / "evals.sqlite")
+    yield
+    if previous is None:
+        os.environ.pop("AREAL_EVAL_DB", None)
+    else:
+        os.environ["AREAL_EVAL_DB"] = previous
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     path = shared_data_dir()

@@ -58,8 +58,8 @@ class EvalConfig:
     sampled: bool = True              # temperature = rollout temperature
     max_new_tokens: int | None = None  # default: rollout.max_new_tokens
     stop_at_accuracy: float | None = None  # stop when sampled held-out accuracy reaches this
-    db: str | None = None             # results store (path or SQLAlchemy URL) for `areal leaderboard`; "default":
-                                      # the one `areal eval` uses ($AREAL_EVAL_DB or the user data dir); null: none
+    db: str | None = "default"        # results store for `areal leaderboard`: "default" is the one `areal eval`
+                                      # uses ($AREAL_EVAL_DB or the user data dir); a path or SQLAlchemy URL; null: none
 
 
 @dataclass
