@@ -25,18 +25,10 @@ from areal_core.engine.model import init_model
 from areal_core.rl.fsdp import FSDPTrainer
 from areal_core.rl.trainer import LocalTrainer, TrainerConfig, TrainerError, create_trainer, rank_share
 from support import process_is_running
-from trainer_support import TEST_MODEL, load_weights, make_batch
+from trainer_support import COMPARED, SETTINGS, TEST_MODEL, TOTAL_STEPS, load_weights, make_batch
 
 pytestmark = pytest.mark.timeout(300)
 
-# Two minibatches per batch and a small token budget: several micro-batches per minibatch, some split
-# across ranks. A KL penalty brings in the (also sharded) reference model; the cosine schedule with
-# warm-up makes the LR differ at every step, so a wrong scheduler state would show.
-SETTINGS = {"ppo_minibatches": 2, "micro_batch_tokens": 128, "kl_coef": 0.05, "lr_schedule": "cosine",
-            "warmup_steps": 1, "lr": 1e-3}
-TOTAL_STEPS = 6
-COMPARED = ("loss", "grad_norm", "lr", "entropy", "kl_ref", "approx_kl", "clip_fraction", "behav_weight_mean",
-            "reward_mean", "response_tokens", "microbatches", "padding_fraction")
 
 
 def config(backend: str) -> TrainerConfig:

@@ -28,15 +28,10 @@ from areal_core.rl.checkpoint import verify_checkpoint
 from areal_core.rl.fsdp import FSDPTrainer
 from areal_core.rl.trainer import LocalTrainer, TrainerConfig, TrainerError
 from support import process_is_running
-from trainer_support import TEST_MODEL, load_weights, make_batch
+from trainer_support import COMPARED, SETTINGS, TEST_MODEL, TOTAL_STEPS, load_weights, make_batch
 
 pytestmark = pytest.mark.timeout(300)
 
-SETTINGS = {"ppo_minibatches": 2, "micro_batch_tokens": 128, "kl_coef": 0.05, "lr_schedule": "cosine",
-            "warmup_steps": 1, "lr": 1e-3}
-TOTAL_STEPS = 6
-COMPARED = ("loss", "grad_norm", "lr", "entropy", "kl_ref", "approx_kl", "clip_fraction", "behav_weight_mean",
-            "reward_mean", "response_tokens", "microbatches", "padding_fraction")
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 

@@ -42,3 +42,13 @@ def load_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(Path(directory) / "model.safetensors"))
+
+
+# Shared by the FSDP tests. Two minibatches per batch and a small token budget: several micro-batches
+# per minibatch, some split across ranks. A KL penalty brings in the (also sharded) reference model; the cosine schedule with
+# warm-up makes the LR differ at every step, so a wrong scheduler state would show.
+SETTINGS = {"ppo_minibatches": 2, "micro_batch_tokens": 128, "kl_coef": 0.05, "lr_schedule": "cosine",
+            "warmup_steps": 1, "lr": 1e-3}
+TOTAL_STEPS = 6
+COMPARED = ("loss", "grad_norm", "lr", "entropy", "kl_ref", "approx_kl", "clip_fraction", "behav_weight_mean",
+            "reward_mean", "response_tokens", "microbatches", "padding_fraction")

@@ -13,6 +13,9 @@ import pytest
 from areal_sandbox import DockerUnavailableError, Execution, ImageMissingError, SandboxConfig, open_sandbox
 from areal_sandbox.docker_backend import docker_client, list_containers
 from areal_sandbox.image import WORK_DIR
+
+MARKER = f"{WORK_DIR}/m"  # a file in the container's work dir: a reused container would still have it
+from areal_sandbox.image import WORK_DIR
 from sandbox_support import assert_host_clean, settle
 
 
@@ -172,9 +175,9 @@ def test_the_run_backend_uses_a_fresh_container_and_removes_it(docker_engine, sa
     config = SandboxConfig(backend="run", image=sandbox_image, timeout_s=5.0, total_timeout_s=10.0)
     with open_sandbox(config, client=docker_engine) as sandbox:
         first = sandbox.run(Execution(mode="function",
-                                      program="import os\nmarker = os.path.exists('/work/m')\nopen('/work/m', 'w')\n",
+                                      program=f"import os\nmarker = os.path.exists('{MARKER}')\nopen('{MARKER}', 'w')\n",
                                       tests=("assert not marker",)))
-        second = sandbox.run(Execution(mode="function", program="import os\nmarker = os.path.exists('/work/m')\n",
+        second = sandbox.run(Execution(mode="function", program=f"import os\nmarker = os.path.exists('{MARKER}')\n",
                                        tests=("assert not marker",)))
         assert first.passed and second.passed
         deadline = time.monotonic() + 20
