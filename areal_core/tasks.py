@@ -27,6 +27,7 @@ chat messages are turned into text later, by the model's tokenizer chat template
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import warnings
@@ -337,17 +338,21 @@ class Task:
         return [{"role": m.role, "content": _render(m.content, sample, self.name)} for m in prompt.messages or []]
 
 
-_jinja_env = None
+@functools.lru_cache(maxsize=256)
+def _compiled(template: str) -> Any:
+    """The compiled template (compiling costs more than rendering; a training run renders one template
+    for every prompt)."""
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    return env.from_string(template)
 
 
 def _render(template: str, sample: dict[str, Any], task: str) -> str:
-    global _jinja_env
     import jinja2
 
-    if _jinja_env is None:
-        _jinja_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     try:
-        return _jinja_env.from_string(template).render(**sample)
+        return _compiled(template).render(**sample)
     except jinja2.UndefinedError as exc:
         raise TaskSpecError(
             f"task {task!r}: the prompt template uses an undefined field ({exc.message}); "

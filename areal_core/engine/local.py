@@ -34,7 +34,7 @@ from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequ
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the engine looks requests up in its lists at every finish
 class _Running:
     request: GenerateRequest
     on_done: Callable[[GenerateOutput], None]
@@ -329,9 +329,7 @@ class LocalEngine:
     def _forward_and_sample(self, batch: list[_Running]) -> None:
         news = [req.tokens[req.cached:] for req in batch]
         width = max(len(n) for n in news)
-        tokens = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, new in enumerate(news):
-            tokens[i, : len(new)] = torch.tensor(new)
+        tokens = torch.tensor([new + [0] * (width - len(new)) for new in news], dtype=torch.long)
         logits = self.decoder.forward(
             tokens.to(self.device),
             torch.tensor([r.slot for r in batch], device=self.device),

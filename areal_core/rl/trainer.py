@@ -58,6 +58,7 @@ class TrainerConfig:
     behav_cap_mode: Literal["mask", "cap"] = "mask"
     aggregation: Literal["token", "sequence"] = "token"
     kl_coef: float = 0.0                # KL(pi_theta || pi_ref) penalty (k3 estimator); 0: no reference model
+    entropy_coef: float = 0.0           # entropy bonus: loss -= entropy_coef x mean token entropy (against collapse)
     ppo_minibatches: int = 8            # optimizer steps per batch (each on a random share of the batch)
     microbatching: Literal["packed", "fixed"] = "packed"
     micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
@@ -120,15 +121,16 @@ def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: i
 
 
 def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: torch.Tensor,
-                      temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+                      temperature: float, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens / attention [n, L] -> (log p(token_{j+1} | tokens_<=j) under softmax(logits / T), entropy), both [n, L-1].
 
-    The same quantity the engines return as the behaviour log-prob (see engine/protocol.py)."""
+    The same quantity the engines return as the behaviour log-prob (see engine/protocol.py). The entropy
+    carries a gradient only with `entropy_grad` (for an entropy bonus in the loss)."""
     logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
     logits = logits / (temperature if temperature > 0 else 1.0)
     logprobs = torch.log_softmax(logits, dim=-1)
     picked = logprobs.gather(-1, tokens[:, 1:, None])[..., 0]
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     return picked, entropy
 
@@ -152,20 +154,22 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], adv
         return _MicroBatch(torch.full((1, 2), pad_id, dtype=torch.long, device=device),
                            torch.ones((1, 2), dtype=torch.long, device=device), torch.zeros((1, 1), device=device),
                            torch.zeros((1, 1), device=device), torch.zeros(1, device=device), [])
-    seqs = [trajectories[i].prompt_token_ids + trajectories[i].output_token_ids for i in indices]
-    width = max(len(s) for s in seqs)
-    n = len(indices)
-    tokens = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    response = torch.zeros((n, width - 1))
-    behav = torch.zeros((n, width - 1))
-    for row, i in enumerate(indices):
-        traj = trajectories[i]
+    # Rows built as padded Python lists and turned into tensors once (per-row tensor writes cost more
+    # than the forward pass for the tiny model).
+    rows = [trajectories[i] for i in indices]
+    width = max(len(t.prompt_token_ids) + len(t.output_token_ids) for t in rows)
+    token_rows, attention_rows, response_rows, behav_rows = [], [], [], []
+    for traj in rows:
         p, t = len(traj.prompt_token_ids), len(traj.output_token_ids)
-        tokens[row, : p + t] = torch.tensor(traj.prompt_token_ids + traj.output_token_ids)
-        attention[row, : p + t] = 1
-        response[row, p - 1: p - 1 + t] = 1.0
-        behav[row, p - 1: p - 1 + t] = torch.tensor(traj.output_logprobs)
+        pad = width - p - t
+        token_rows.append(traj.prompt_token_ids + traj.output_token_ids + [pad_id] * pad)
+        attention_rows.append([1] * (p + t) + [0] * pad)
+        response_rows.append([0.0] * (p - 1) + [1.0] * t + [0.0] * pad)
+        behav_rows.append([0.0] * (p - 1) + list(traj.output_logprobs) + [0.0] * pad)
+    tokens = torch.tensor(token_rows, dtype=torch.long)
+    attention = torch.tensor(attention_rows, dtype=torch.long)
+    response = torch.tensor(response_rows, dtype=torch.float32)
+    behav = torch.tensor(behav_rows, dtype=torch.float32)
     return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device),
                        advantages[indices].to(device), indices)
 
@@ -278,7 +282,8 @@ class PPOLearner:
         """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
         rank, so the shares add up to the minibatch loss): (loss, PPOStats, entropy [n, L-1], KL term)."""
         config = self.config
-        logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)
+        logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature,
+                                              entropy_grad=config.entropy_coef != 0)
         loss, stats = decoupled_ppo_loss(
             logprobs, prox, mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
             eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
@@ -293,7 +298,15 @@ class PPOLearner:
             kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / mini_tokens
             loss = loss + config.kl_coef * kl
             kl_value = kl.item()
-        return loss, stats, entropy, kl_value
+        if config.entropy_coef:
+            # Same aggregation as the PPO term: token sum over the minibatch's tokens, or per-sequence means.
+            token_entropy = entropy * mb.response
+            if config.aggregation == "token":
+                bonus = token_entropy.sum() / mini_tokens
+            else:
+                bonus = (token_entropy.sum(1) / mb.response.sum(1).clamp(min=1.0)).sum() / mini_sequences
+            loss = loss - config.entropy_coef * bonus
+        return loss, stats, entropy.detach(), kl_value
 
     def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
         if not trajectories:
