@@ -49,6 +49,14 @@ class SlottedDecoder:
         self.v_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
 
     @torch.inference_mode()
+    def copy_slots(self, sources: list[int], targets: list[int], length: int) -> None:
+        """Copy the first `length` cached positions of each source slot into its target slot."""
+        src = torch.tensor(sources, device=self.k_cache.device)
+        dst = torch.tensor(targets, device=self.k_cache.device)
+        self.k_cache[:, dst, :, :length] = self.k_cache[:, src, :, :length]
+        self.v_cache[:, dst, :, :length] = self.v_cache[:, src, :, :length]
+
+    @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, slots: torch.Tensor, start: torch.Tensor,
                 lengths: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] (right-padded), slots/start/lengths [B] -> logits [B, vocab] at each row's last

@@ -82,7 +82,7 @@ class LocalEngine:
         self._paused = False
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="areal-engine", daemon=True)
-        self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "interruptions": 0}
+        self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "prefill_tokens_reused": 0, "interruptions": 0}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "LocalEngine":
@@ -327,17 +327,38 @@ class LocalEngine:
         self.stats["steps"] += 1
 
     def _forward_and_sample(self, batch: list[_Running]) -> None:
-        news = [req.tokens[req.cached:] for req in batch]
+        # Requests that start from an empty cache with the same tokens (the n samples of one prompt) are
+        # computed once; the others get a copy of its keys/values and its logits (their own seeds still
+        # draw their own tokens).
+        computed: list[_Running] = []
+        source: list[int] = []            # for each request of the batch, its row among `computed`
+        first_with: dict[tuple[int, ...], int] = {}
+        for req in batch:
+            key = tuple(req.tokens) if req.cached == 0 else None
+            row = first_with.get(key) if key is not None else None
+            if row is None:
+                row = len(computed)
+                computed.append(req)
+                if key is not None:
+                    first_with[key] = row
+            source.append(row)
+        news = [req.tokens[req.cached:] for req in computed]
         width = max(len(n) for n in news)
         tokens = torch.tensor([new + [0] * (width - len(new)) for new in news], dtype=torch.long)
         logits = self.decoder.forward(
             tokens.to(self.device),
-            torch.tensor([r.slot for r in batch], device=self.device),
-            torch.tensor([r.cached for r in batch], device=self.device),
+            torch.tensor([r.slot for r in computed], device=self.device),
+            torch.tensor([r.cached for r in computed], device=self.device),
             torch.tensor([len(n) for n in news], device=self.device),
         ).cpu()
-        for req, new in zip(batch, news):
-            req.cached += len(new)
+        if len(computed) < len(batch):
+            copies = [(computed[row].slot, req.slot) for req, row in zip(batch, source) if computed[row] is not req]
+            self.decoder.copy_slots([src for src, _ in copies], [dst for _, dst in copies], width)
+            self.stats["prefill_tokens_reused"] += sum(len(req.tokens) for req, row in zip(batch, source)
+                                                       if computed[row] is not req)
+            logits = logits[torch.tensor(source)]
+        for req in batch:
+            req.cached = len(req.tokens)
         token_ids, logprobs = sample(logits, [r.request.sampling_params for r in batch], [r.seed for r in batch],
                                      [len(r.output_ids) for r in batch])
         for req, token, logprob in zip(batch, token_ids, logprobs):

@@ -64,6 +64,37 @@ def test_many_concurrent_requests_complete_and_short_ones_do_not_wait_for_long_o
     assert stats["steps"] < sum(lengths) / 3
 
 
+def test_samples_of_one_prompt_share_its_prefill_and_match_requests_run_alone(tiny_model):
+    """n samples of a prompt arrive together: the prompt is computed once, the others copy its keys and
+    values. Each sample must be exactly what it is when it runs on its own."""
+    prompts = [[6, 7, 8, 77, 9, 10, 11, 85], [30, 31, 32]]
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=seed, ignore_eos=True) for seed in range(6)]
+
+    async def together():
+        async with LocalEngine(tiny_model, max_running_requests=16, torch_threads=1) as engine:
+            await engine.pause()  # every request is queued before the first step
+            tasks = [asyncio.create_task(engine.generate(GenerateRequest(p, sp))) for p in prompts for sp in params]
+            await asyncio.sleep(0.2)
+            await engine.resume()
+            return engine, await asyncio.gather(*tasks), dict(engine.stats)
+
+    async def alone():
+        async with LocalEngine(tiny_model, max_running_requests=1, torch_threads=1) as engine:
+            return [await engine.generate(GenerateRequest(p, sp)) for p in prompts for sp in params]
+
+    engine, shared, stats = asyncio.run(together())
+    single = asyncio.run(alone())
+    assert stats["prefill_tokens_reused"] == 5 * len(prompts[0]) + 5 * len(prompts[1])  # each prompt computed once
+    assert len({tuple(o.output_ids) for o in shared}) > 2  # the seeds still draw different samples
+    for prompt_index, prompt in enumerate(prompts):
+        for k in range(len(params)):
+            a, b = shared[prompt_index * len(params) + k], single[prompt_index * len(params) + k]
+            assert a.output_ids == b.output_ids
+            assert torch.allclose(torch.tensor(a.output_logprobs), torch.tensor(b.output_logprobs), atol=LOGPROB_TOLERANCE)
+            ref = reference_logprobs(engine.model, prompt, a.output_ids, 1.0)
+            assert torch.allclose(ref, torch.tensor(a.output_logprobs), atol=LOGPROB_TOLERANCE)
+
+
 def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model):
     async def run():
         async with LocalEngine(tiny_model) as engine:
