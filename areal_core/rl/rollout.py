@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RolloutConfig:
-    batch_size: int = 32            # prompts per training step (B)
-    group_size: int = 16            # responses per prompt (n)
+    # 64 prompts x 8 responses: per step, more distinct prompts with a correct sample (what GRPO learns
+    # from) than 32 x 16 for the same generation cost; on the CPU demo it learned faster per second.
+    batch_size: int = 64            # prompts per training step (B)
+    group_size: int = 8             # responses per prompt (n)
     max_staleness: int = 1          # eta; 0 with weight_update=wait is the synchronous baseline
     weight_update: str = "interrupt"  # interrupt: pause, load, continue; wait: let in-flight requests finish first
     temperature: float = 1.0

@@ -16,7 +16,8 @@ def cache_dir(tmp_path_factory):
 
 def config(tmp_path, *overrides):
     return load_config(TrainConfig, None, [
-        f"output_dir={tmp_path}", "eval.limit=500", "rollout.group_size=16", "trainer.ppo_minibatches=8",
+        f"output_dir={tmp_path}", "eval.limit=500", "rollout.batch_size=32", "rollout.group_size=16",
+        "trainer.ppo_minibatches=8",
         "rollout.max_staleness=1", "tensorboard=false", *overrides])
 
 
