@@ -7,7 +7,11 @@ steps; accuracy is measured on the held-out split (greedy and sampled at T=1) af
 The trainer is slower than generation on this CPU, so the controller runs as far ahead as eta allows
 and the data really is that stale (the observed maximum staleness is printed).
 
-    .venv/bin/python bench/bench_staleness.py [--steps 120] [--etas 0,1,4,8] [KEY=VALUE ...]
+    .venv/bin/python bench/bench_staleness.py [--steps 120] [--etas 0,1,4,8] [--objectives decoupled,plain]
+        [--seeds 0,1,2] [KEY=VALUE ...]
+
+With several seeds each cell reports the mean and its standard error; the spread between runs of one
+config (about ±5 points on this demo) is what a difference between cells must beat.
 """
 from __future__ import annotations
 
@@ -23,36 +27,63 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--etas", default="0,1,4,8")
+    parser.add_argument("--objectives", default="decoupled,plain")
+    parser.add_argument("--seeds", default="0", help="comma-separated run seeds; each cell runs once per seed")
     parser.add_argument("--limit", type=int, default=500, help="held-out problems")
     parser.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
     args = parser.parse_args()
     etas = [int(e) for e in args.etas.split(",")]
+    objectives = args.objectives.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
 
-    rows = []
+    runs: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-staleness-") as tmp:
-        for objective, decoupled in (("decoupled", "true"), ("plain", "false")):
-            for eta in etas:
-                run_dir = training_runs.train(f"{objective}-eta{eta}", Path(tmp), [
-                    f"steps={args.steps}", f"rollout.max_staleness={eta}", f"trainer.decoupled={decoupled}",
-                    f"eval.limit={args.limit}", "checkpoint_every=0", "tensorboard=false", *args.overrides])
-                run = training_runs.read_run(run_dir)
-                after = run["summary"]["after"]
-                rows.append((objective, eta, max(m["staleness_max"] for m in run["metrics"]),
-                             after["greedy_accuracy"], after["sampled_accuracy"], run["summary"]["rl_seconds"],
-                             run["summary"]["before"]["sampled_accuracy"]))
-                print(f"  {objective} eta={eta}: sampled {after['sampled_accuracy']:.1%}, greedy "
-                      f"{after['greedy_accuracy']:.1%}", flush=True)
+        for seed in seeds:
+            for objective in objectives:
+                for eta in etas:
+                    if objective == "plain" and eta == 0 and "decoupled" in objectives:
+                        # At eta=0 every token is on-policy, so pi_prox = pi_behav: plain PPO is the same
+                        # algorithm as decoupled PPO; its cell is the decoupled run.
+                        continue
+                    run_dir = training_runs.train(f"{objective}-eta{eta}-seed{seed}", Path(tmp), [
+                        f"steps={args.steps}", f"rollout.max_staleness={eta}",
+                        f"trainer.decoupled={'true' if objective == 'decoupled' else 'false'}",
+                        f"seed={seed}", f"rollout.seed={seed}", f"eval.limit={args.limit}", "checkpoint_every=0",
+                        "tensorboard=false", *args.overrides])
+                    run = training_runs.read_run(run_dir)
+                    after = run["summary"]["after"]
+                    runs.setdefault((objective, eta), []).append({
+                        "stale": max(m["staleness_max"] for m in run["metrics"]), "greedy": after["greedy_accuracy"],
+                        "sampled": after["sampled_accuracy"], "seconds": run["summary"]["rl_seconds"],
+                        "start": run["summary"]["before"]["sampled_accuracy"]})
+                    print(f"  {objective} eta={eta} seed={seed}: sampled {after['sampled_accuracy']:.1%}, greedy "
+                          f"{after['greedy_accuracy']:.1%}", flush=True)
+    if "plain" in objectives and ("decoupled", 0) in runs:
+        runs[("plain", 0)] = runs[("decoupled", 0)]
 
-    print(f"\nheld-out accuracy after {args.steps} steps (start: sampled {rows[0][6]:.1%}); {args.limit} problems")
-    print(f"{'objective':>10} {'eta':>4} {'max stale':>9} {'greedy':>8} {'sampled':>8} {'RL s':>7}")
-    for objective, eta, stale, greedy, sampled, seconds, _ in rows:
-        print(f"{objective:>10} {eta:>4} {stale:>9} {greedy:>8.1%} {sampled:>8.1%} {seconds:>7.1f}")
-    result = {(o, e): s for o, e, _, _, s, _, _ in rows}
-    for objective in ("decoupled", "plain"):
-        if (objective, 0) in result:
-            gaps = ", ".join(f"eta={e}: {100 * (result[(objective, e)] - result[(objective, 0)]):+.1f} pts"
-                             for e in etas if e and (objective, e) in result)
-            print(f"{objective}: sampled accuracy vs eta=0: {gaps}")
+    def mean_se(values: list[float]) -> tuple[float, float]:
+        mean = sum(values) / len(values)
+        if len(values) < 2:
+            return mean, float("nan")
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        return mean, (var / len(values)) ** 0.5
+
+    start = next(iter(runs.values()))[0]["start"]
+    print(f"\nheld-out accuracy after {args.steps} steps (start: sampled {start:.1%}); {args.limit} problems; "
+          f"mean ± standard error over seeds {args.seeds}")
+    print(f"{'objective':>10} {'eta':>4} {'max stale':>9} {'greedy':>15} {'sampled':>15} {'runs (sampled)':>24}")
+    for (objective, eta), cell in runs.items():
+        g, g_se = mean_se([r["greedy"] for r in cell])
+        s, s_se = mean_se([r["sampled"] for r in cell])
+        each = " ".join(f"{r['sampled']:.1%}" for r in cell)
+        print(f"{objective:>10} {eta:>4} {max(r['stale'] for r in cell):>9} {g:>8.1%} ±{g_se:>5.1%} "
+              f"{s:>8.1%} ±{s_se:>5.1%} {each:>24}")
+    for objective in objectives:
+        if (objective, 0) in runs:
+            base = mean_se([r["sampled"] for r in runs[(objective, 0)]])[0]
+            gaps = ", ".join(f"eta={e}: {100 * (mean_se([r['sampled'] for r in runs[(objective, e)]])[0] - base):+.1f} pts"
+                             for e in etas if e and (objective, e) in runs)
+            print(f"{objective}: mean sampled accuracy vs eta=0: {gaps}")
     print("reproduce: .venv/bin/python bench/bench_staleness.py " + " ".join(sys.argv[1:]))
 
 
