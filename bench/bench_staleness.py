@@ -54,8 +54,7 @@ def main() -> None:
                     after = run["summary"]["after"]
                     runs.setdefault((objective, eta), []).append({
                         "stale": max(m["staleness_max"] for m in run["metrics"]), "greedy": after["greedy_accuracy"],
-                        "sampled": after["sampled_accuracy"], "seconds": run["summary"]["rl_seconds"],
-                        "start": run["summary"]["before"]["sampled_accuracy"]})
+                        "sampled": after["sampled_accuracy"], "start": run["summary"]["before"]["sampled_accuracy"]})
                     print(f"  {objective} eta={eta} seed={seed}: sampled {after['sampled_accuracy']:.1%}, greedy "
                           f"{after['greedy_accuracy']:.1%}", flush=True)
     if "plain" in objectives and ("decoupled", 0) in runs:
@@ -78,10 +77,10 @@ def main() -> None:
         each = " ".join(f"{r['sampled']:.1%}" for r in cell)
         print(f"{objective:>10} {eta:>4} {max(r['stale'] for r in cell):>9} {g:>8.1%} ±{g_se:>5.1%} "
               f"{s:>8.1%} ±{s_se:>5.1%} {each:>24}")
+    sampled_mean = {key: mean_se([r["sampled"] for r in cell])[0] for key, cell in runs.items()}
     for objective in objectives:
         if (objective, 0) in runs:
-            base = mean_se([r["sampled"] for r in runs[(objective, 0)]])[0]
-            gaps = ", ".join(f"eta={e}: {100 * (mean_se([r['sampled'] for r in runs[(objective, e)]])[0] - base):+.1f} pts"
+            gaps = ", ".join(f"eta={e}: {100 * (sampled_mean[(objective, e)] - sampled_mean[(objective, 0)]):+.1f} pts"
                              for e in etas if e and (objective, e) in runs)
             print(f"{objective}: mean sampled accuracy vs eta=0: {gaps}")
     print("reproduce: .venv/bin/python bench/bench_staleness.py " + " ".join(sys.argv[1:]))

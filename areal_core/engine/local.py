@@ -352,10 +352,9 @@ class LocalEngine:
             torch.tensor([len(n) for n in news], device=self.device),
         ).cpu()
         if len(computed) < len(batch):
-            copies = [(computed[row].slot, req.slot) for req, row in zip(batch, source) if computed[row] is not req]
-            self.decoder.copy_slots([src for src, _ in copies], [dst for _, dst in copies], width)
-            self.stats["prefill_tokens_reused"] += sum(len(req.tokens) for req, row in zip(batch, source)
-                                                       if computed[row] is not req)
+            copies = [(computed[row], req) for req, row in zip(batch, source) if computed[row] is not req]
+            self.decoder.copy_slots([src.slot for src, _ in copies], [dst.slot for _, dst in copies], width)
+            self.stats["prefill_tokens_reused"] += sum(len(dst.tokens) for _, dst in copies)
             logits = logits[torch.tensor(source)]
         for req in batch:
             req.cached = len(req.tokens)
