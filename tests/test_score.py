@@ -135,3 +135,24 @@ def test_pool_runs_requests_in_parallel_and_returns_them_in_order(testkit_in_pro
         elapsed = time.monotonic() - start
     assert [r.score for r in results] == [1.0, 1.0, 1.0, 1.0, 1.0]
     assert elapsed < 4 * 0.5  # two workers overlap the sleeps
+
+
+@pytest.mark.timeout(90)  # a request lost from a chunk would leave score() waiting for it
+@pytest.mark.parametrize("misbehaving, error", [({"hang": True}, "reward 'shout' timed out after 2s"),
+                                                ({"exit_code": 3}, "reward 'shout' killed its worker process (exit code 3)")])
+def test_cheap_requests_travel_in_chunks_and_a_failure_inside_a_chunk_loses_none_of_the_others(
+        testkit_in_process, misbehaving, error):
+    def request(i, **options):
+        return RewardRequest(reward="shout", sample={"reference": f"R{i}"}, response=f"r{i}", options=options)
+
+    with RewardPool(workers=1, timeout=2) as pool:
+        assert [r.correct for r in pool.score([request(i) for i in range(20)])] == [True] * 20
+        sent = pool.messages_sent
+        # shout is now measured as cheap: 60 requests go in a few messages, not 60
+        requests = [request(i) for i in range(30)] + [request(30, **misbehaving)] + [request(i) for i in range(31, 60)]
+        results = pool.score(requests)
+        assert pool.restarts == 1
+        assert pool.messages_sent - sent < 10
+    assert results[30].error == error and results[30].score == 0.0
+    others = results[:30] + results[31:]
+    assert all(r.error is None and r.correct for r in others), [r.error for r in others if r.error]
