@@ -306,12 +306,17 @@ class RewardPool:
             ready = set(multiprocessing.connection.wait(handles, wait_for))
             woken = self._wake_r in ready
             if woken:
-                self._wake_pending = False
                 try:
                     while os.read(self._wake_r, 4096):
                         pass
                 except BlockingIOError:
                     pass
+                # Only after draining: a `wakeup` between clearing the flag and draining would have its
+                # byte swallowed with the flag left set, and every later `wakeup` skipped -- new requests
+                # then waited for the next result or poll timeout (up to 0.5 s in the reward service).
+                # Cleared here, a `wakeup` that saw the flag still set queued its request before the
+                # `_dispatch` below, which sends it.
+                self._wake_pending = False
             for worker in list(self._workers):
                 dead = worker.process.sentinel in ready
                 if worker.conn in ready or dead:  # results sent before a death are taken first
