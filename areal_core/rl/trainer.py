@@ -121,6 +121,15 @@ def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: i
     raise TrainerError(f"trainer.backend {config.backend!r} is not a trainer backend; expected 'local' or 'fsdp'")
 
 
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether the model behaves differently in train mode: a dropout module or config setting above 0."""
+    settings = getattr(getattr(model, "config", None), "to_dict", dict)()
+    if any(("dropout" in key or "pdrop" in key) and isinstance(value, (int, float)) and not isinstance(value, bool)
+           and value > 0 for key, value in settings.items()):
+        return True
+    return any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in model.modules())
+
+
 def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: torch.Tensor,
                       temperature: float, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens / attention [n, L] -> (log p(token_{j+1} | tokens_<=j) under softmax(logits / T), entropy), both [n, L-1].
@@ -277,14 +286,20 @@ class PPOLearner:
                                            weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: lr_factor(step, config, total_steps))
+        # The first minibatch's training forward runs on the very weights pi_prox is taken from (nothing
+        # has been updated yet), so its detached log-probs are pi_prox and its no-grad pass is skipped:
+        # with 2 minibatches a quarter of the step's forward work. Not with dropout (train and eval differ).
+        self.prox_from_first_forward = not has_dropout(model)
 
-    def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor, ref: torch.Tensor | None, temperature: float,
+    def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None, temperature: float,
                          mini_tokens: float, mini_sequences: int) -> tuple[torch.Tensor, PPOStats, torch.Tensor, float]:
         """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
         rank, so the shares add up to the minibatch loss): (loss, PPOStats, entropy [n, L-1], KL term)."""
         config = self.config
         logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature,
                                               entropy_grad=config.entropy_coef != 0)
+        if prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
+            prox = logprobs.detach()
         loss, stats = decoupled_ppo_loss(
             logprobs, prox, mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
             eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
@@ -324,13 +339,18 @@ class PPOLearner:
         total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
 
         # pi_prox: the trainer's current weights, before this step's update.
-        prox: list[list[torch.Tensor]] = []
+        prox: list[list[torch.Tensor | None]] = []
         ref: list[list[torch.Tensor | None]] = []
         with torch.no_grad():
             self.model.eval()
-            for minibatch in batches:
-                prox.append([sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)[0]
-                             if config.decoupled else mb.behav for mb in minibatch])
+            for m, minibatch in enumerate(batches):
+                if not config.decoupled:
+                    prox.append([mb.behav for mb in minibatch])
+                elif m == 0 and self.prox_from_first_forward:
+                    prox.append([None] * len(minibatch))
+                else:
+                    prox.append([sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)[0]
+                                 for mb in minibatch])
                 ref.append([sequence_logprobs(self.reference, mb.tokens, mb.attention, temperature)[0]
                             if self.reference is not None else None for mb in minibatch])
             self.model.train()
