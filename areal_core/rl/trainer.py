@@ -62,6 +62,10 @@ class TrainerConfig:
     ppo_minibatches: int = 2            # optimizer steps per batch (each on a random share of the batch; on
                                         # the CPU demo 2 learned faster than 8, whose small minibatches are noisy)
     microbatching: Literal["packed", "fixed"] = "packed"
+    # Responses to one prompt in one micro-batch are packed into one row behind a single copy of the prompt
+    # (a 4-D attention mask keeps them apart): the CPU demo's 12-token prompts were ~70% of the trained
+    # tokens. Needs an attention implementation that takes a 4-D mask (sdpa, eager); others ignore it.
+    share_prompts: bool = True
     micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
     micro_batch_size: int = 16          # fixed: sequences per micro-batch
     dtype: str = "float32"
@@ -145,6 +149,37 @@ def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: t
     return picked, entropy
 
 
+def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: float,
+                        entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sequence_logprobs` of the micro-batch's rows [n, L-1], computed on its shared-prompt packing when it
+    has one: one forward over the packed rows, then each sequence's positions picked out of it."""
+    shared = mb.shared
+    if shared is None:
+        return sequence_logprobs(model, mb.tokens, mb.attention, temperature, entropy_grad)
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(shared.allowed.shape, dtype=dtype, device=shared.allowed.device)
+    mask.masked_fill_(~shared.allowed, torch.finfo(dtype).min)  # additive: eager attention ignores a bool mask
+    logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits.float()
+    logits = logits / (temperature if temperature > 0 else 1.0)
+    packed = torch.log_softmax(logits, dim=-1)                           # [R, W, V]
+    picked = packed[shared.rows, shared.cols, mb.tokens[:, 1:]]          # [n, L-1]
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(packed.exp() * packed).sum(-1)[shared.rows, shared.cols]
+    return picked, entropy
+
+
+@dataclass
+class _SharedPrompts:
+    """The micro-batch with each prompt once: a packed row is a prompt followed by every response to it
+    (`allowed`: a response sees the prompt and its own earlier tokens; positions restart after the prompt),
+    and sequence i's position j is packed row rows[i, j], column cols[i, j]."""
+    tokens: torch.Tensor        # [R, W]
+    positions: torch.Tensor     # [R, W]
+    allowed: torch.Tensor       # [R, 1, W, W] bool
+    rows: torch.Tensor          # [n, L-1]
+    cols: torch.Tensor          # [n, L-1]
+
+
 @dataclass
 class _MicroBatch:
     tokens: torch.Tensor        # [n, L]
@@ -153,10 +188,51 @@ class _MicroBatch:
     behav: torch.Tensor         # [n, L-1]
     advantages: torch.Tensor    # [n]
     indices: list[int]
+    shared: _SharedPrompts | None = None
+
+
+def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
+    """The shared-prompt packing of `rows` (padded to `width` tokens), or None when no prompt repeats."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for k, traj in enumerate(rows):
+        by_prompt.setdefault(tuple(traj.prompt_token_ids), []).append(k)
+    if len(by_prompt) == len(rows):
+        return None
+    packed, segments, positions = [], [], []
+    rows_of: list[list[int]] = [[]] * len(rows)
+    cols_of: list[list[int]] = [[]] * len(rows)
+    for r, (prompt, members) in enumerate(by_prompt.items()):
+        p = len(prompt)
+        tokens, segment, position = list(prompt), [0] * p, list(range(p))
+        for s, k in enumerate(members, 1):
+            output = rows[k].output_token_ids
+            start = len(tokens)
+            tokens += output
+            segment += [s] * len(output)
+            position += range(p, p + len(output))
+            # position j predicts token j+1: prompt positions are shared, response token u sits at start + u
+            cols = list(range(p)) + [start + u for u in range(len(output) - 1)]
+            cols_of[k] = cols + [0] * (width - 1 - len(cols))
+            rows_of[k] = [r] * (width - 1)
+        packed.append(tokens)
+        segments.append(segment)
+        positions.append(position)
+    packed_width = max(map(len, packed))
+    tokens = torch.tensor([t + [pad_id] * (packed_width - len(t)) for t in packed], dtype=torch.long)
+    segment = torch.tensor([g + [-1] * (packed_width - len(g)) for g in segments])
+    position = torch.tensor([q + [0] * (packed_width - len(q)) for q in positions], dtype=torch.long)
+    index = torch.arange(packed_width)
+    allowed = ((index[None, None, :] <= index[None, :, None])
+               & ((segment[:, None, :] == 0) | (segment[:, None, :] == segment[:, :, None]))
+               & (segment[:, None, :] >= 0))
+    allowed |= torch.eye(packed_width, dtype=torch.bool)  # padding sees itself: no row without any key (NaN)
+    return _SharedPrompts(tokens.to(device), position.to(device), allowed[:, None].to(device),
+                          torch.tensor(rows_of, dtype=torch.long, device=device),
+                          torch.tensor(cols_of, dtype=torch.long, device=device))
 
 
 def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], advantages: torch.Tensor,
-                     pad_id: int, device: torch.device) -> _MicroBatch:
+                     pad_id: int, device: torch.device, shared_prompts: bool = False) -> _MicroBatch:
     if not indices:
         # A data-parallel rank with fewer sequences than micro-batches still runs every forward and backward
         # pass (the FSDP collectives must line up): one row of two padding tokens, no response token, so its
@@ -181,7 +257,8 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], adv
     response = torch.tensor(response_rows, dtype=torch.float32)
     behav = torch.tensor(behav_rows, dtype=torch.float32)
     return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device),
-                       advantages[indices].to(device), indices)
+                       advantages[indices].to(device), indices,
+                       share_prompts(rows, width, pad_id, device) if shared_prompts else None)
 
 
 def lr_factor(step: int, config: TrainerConfig, total_steps: int) -> float:
@@ -290,14 +367,14 @@ class PPOLearner:
         # has been updated yet), so its detached log-probs are pi_prox and its no-grad pass is skipped:
         # with 2 minibatches a quarter of the step's forward work. Not with dropout (train and eval differ).
         self.prox_from_first_forward = not has_dropout(model)
+        self.share_prompts = config.share_prompts and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
 
     def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None, temperature: float,
                          mini_tokens: float, mini_sequences: int) -> tuple[torch.Tensor, PPOStats, torch.Tensor, float]:
         """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
         rank, so the shares add up to the minibatch loss): (loss, PPOStats, entropy [n, L-1], KL term)."""
         config = self.config
-        logprobs, entropy = sequence_logprobs(self.model, mb.tokens, mb.attention, temperature,
-                                              entropy_grad=config.entropy_coef != 0)
+        logprobs, entropy = microbatch_logprobs(self.model, mb, temperature, entropy_grad=config.entropy_coef != 0)
         if prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
             prox = logprobs.detach()
         loss, stats = decoupled_ppo_loss(
@@ -334,7 +411,8 @@ class PPOLearner:
         plan = plan_minibatches(trajectories, config, self.version)
         lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
         mine = rank_share(plan, lengths, dp.rank, dp.size)
-        batches = [[build_microbatch(trajectories, g, advantages, self.pad_id, self.device) for g in minibatch]
+        batches = [[build_microbatch(trajectories, g, advantages, self.pad_id, self.device, self.share_prompts)
+                    for g in minibatch]
                    for minibatch in mine]
         total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
 
@@ -349,9 +427,8 @@ class PPOLearner:
                 elif m == 0 and self.prox_from_first_forward:
                     prox.append([None] * len(minibatch))
                 else:
-                    prox.append([sequence_logprobs(self.model, mb.tokens, mb.attention, temperature)[0]
-                                 for mb in minibatch])
-                ref.append([sequence_logprobs(self.reference, mb.tokens, mb.attention, temperature)[0]
+                    prox.append([microbatch_logprobs(self.model, mb, temperature)[0] for mb in minibatch])
+                ref.append([microbatch_logprobs(self.reference, mb, temperature)[0]
                             if self.reference is not None else None for mb in minibatch])
             self.model.train()
 
