@@ -192,16 +192,32 @@ class _MicroBatch:
 
 
 def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
-    """The shared-prompt packing of `rows` (padded to `width` tokens), or None when no prompt repeats."""
+    """The shared-prompt packing of `rows` (padded to `width` tokens), or None when it saves nothing.
+
+    A packed row takes another response only while its attention area (width squared) stays within that
+    of the separate rows it replaces, so neither the tokens nor the attention work ever grow: short
+    answers to long prompts share a row, long answers keep their own."""
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for k, traj in enumerate(rows):
         by_prompt.setdefault(tuple(traj.prompt_token_ids), []).append(k)
-    if len(by_prompt) == len(rows):
+    groups: list[tuple[tuple[int, ...], list[int]]] = []
+    for prompt, members in by_prompt.items():
+        p, current, area = len(prompt), [], 0
+        for k in members:
+            length = len(rows[k].output_token_ids)
+            row_width = p + sum(len(rows[i].output_token_ids) for i in current) + length
+            if current and row_width ** 2 > area + (p + length) ** 2:
+                groups.append((prompt, current))
+                current, area = [], 0
+            current.append(k)
+            area += (p + length) ** 2
+        groups.append((prompt, current))
+    if len(groups) == len(rows):
         return None
     packed, segments, positions = [], [], []
     rows_of: list[list[int]] = [[]] * len(rows)
     cols_of: list[list[int]] = [[]] * len(rows)
-    for r, (prompt, members) in enumerate(by_prompt.items()):
+    for r, (prompt, members) in enumerate(groups):
         p = len(prompt)
         tokens, segment, position = list(prompt), [0] * p, list(range(p))
         for s, k in enumerate(members, 1):

@@ -3,6 +3,9 @@ forward must give every sequence the log-probs and entropies of its own row, and
 same result as without packing."""
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 import torch
 
@@ -14,6 +17,7 @@ from areal_core.rl.trainer import (
     microbatch_logprobs,
     sequence_logprobs,
 )
+from areal_core.types import RewardResult, Trajectory
 from trainer_support import TEST_MODEL, load_weights, make_batch
 
 
@@ -22,18 +26,34 @@ def model_dir(tmp_path_factory):
     return init_model(tmp_path_factory.mktemp("model"), seed=9, **TEST_MODEL)
 
 
+def trajectories(spec: list[tuple[int, list[int]]], seed: int = 0) -> list[Trajectory]:
+    """(prompt length, [response lengths]) per prompt -> trajectories with random tokens."""
+    rng = random.Random(seed)
+    batch = []
+    for g, (prompt_length, lengths) in enumerate(spec):
+        prompt = [rng.randrange(5, 100) for _ in range(prompt_length)]
+        for k, length in enumerate(lengths):
+            output = [rng.randrange(5, 100) for _ in range(length)]
+            batch.append(Trajectory(trajectory_id=f"{g}.{k}", task="test", sample_id=str(g), group_id=str(g),
+                                    prompt_token_ids=prompt, output_token_ids=output, output_logprobs=[0.0] * length,
+                                    output_versions=[0] * length, response="", finish_reason="stop",
+                                    reward=RewardResult(score=0.0)))
+    return batch
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_packed_rows_give_each_sequence_the_logprobs_and_entropy_of_its_own_row(model_dir, attention):
-    # 5 prompts of different lengths, 3 responses each of lengths 1-29, and a prompt seen once
-    batch = make_batch(model_dir, seed=4, groups=5, group_size=3) + make_batch(model_dir, seed=5, groups=1, group_size=1)
+    # short answers to longer prompts share rows (at most as wide as the attention area they replace:
+    # 12 + 5 x 5 but not 12 + 6 x 5); long answers keep their own rows; a prompt seen once stays alone
+    batch = trajectories([(12, [5] * 7), (10, [1, 3, 2, 4]), (4, [25, 30, 28]), (11, [6])])
     model = load_model(model_dir).eval()
     model.config._attn_implementation = attention
     indices = list(range(len(batch)))
     plain = build_microbatch(batch, indices, torch.zeros(len(batch)), 0, torch.device("cpu"))
     packed = build_microbatch(batch, indices, torch.zeros(len(batch)), 0, torch.device("cpu"), shared_prompts=True)
     assert plain.shared is None and packed.shared is not None
-    assert packed.shared.tokens.shape[0] == 6  # one row per distinct prompt
-    assert packed.shared.tokens.numel() < plain.tokens.numel()
+    assert packed.shared.rows[:, 0].tolist() == [0] * 5 + [1] * 2 + [2] * 4 + [3, 4, 5] + [6]
+    assert packed.shared.tokens.shape[1] == 12 + 5 * 5
     with torch.no_grad():
         expected = sequence_logprobs(model, plain.tokens, plain.attention, 0.7)
         got = microbatch_logprobs(model, packed, 0.7)
@@ -43,9 +63,20 @@ def test_packed_rows_give_each_sequence_the_logprobs_and_entropy_of_its_own_row(
         torch.testing.assert_close(have[scored], want[scored], rtol=1e-5, atol=2e-5)
 
 
+def test_nothing_to_share_leaves_the_micro_batch_unpacked():
+    batch = trajectories([(4, [25, 30]), (6, [3])])
+    mb = build_microbatch(batch, [0, 1, 2], torch.zeros(3), 0, torch.device("cpu"), shared_prompts=True)
+    assert mb.shared is None
+
+
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
 def test_a_step_with_shared_prompts_equals_one_without(model_dir, kl_coef):
     batch = make_batch(model_dir, seed=6, groups=6, group_size=4)
+    # make_batch's answers are long for its prompts: shorten them so that prompts are shared
+    batch = [dataclasses.replace(t, output_token_ids=t.output_token_ids[:3], output_logprobs=t.output_logprobs[:3],
+                                 output_versions=t.output_versions[:3]) for t in batch]
+    assert build_microbatch(batch, list(range(len(batch))), torch.zeros(len(batch)), 0, torch.device("cpu"),
+                            shared_prompts=True).shared is not None
     config = TrainerConfig(lr=1e-3, ppo_minibatches=2, micro_batch_tokens=256, kl_coef=kl_coef)
     shared, plain = LocalTrainer(model_dir, config, 10), LocalTrainer(model_dir, config, 10)
     assert shared.learner.share_prompts
