@@ -5,7 +5,9 @@ as responses: lengths 5 to 35 tokens, most short) go through the same PPO step o
 `trainer.microbatching=packed` (first-fit decreasing under `micro_batch_tokens`) and `fixed`
 (`micro_batch_size` sequences in arrival order, each padded to its longest). Steps alternate between the
 two so machine noise hits both alike. Reported: training tokens (real, unpadded) per second and the share
-of padding in what the model computed.
+of padding in what the model computed. A third mode, `packed+shared`, is packed with the responses to one
+prompt trained in one row behind a single copy of the prompt (`trainer.share_prompts`, the default; the
+other two have it off, so their ratio is packing alone); its ratio is against `packed`.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_microbatching.py [--steps 6] [--batch 512] [--fixed-size 64]
 """
@@ -60,8 +62,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-microbatch-") as tmp:
         model_dir = init_model(Path(tmp) / "model", seed=0, num_hidden_layers=2, hidden_size=96, intermediate_size=288)
         modes = {
-            "packed": TrainerConfig(microbatching="packed", micro_batch_tokens=args.token_budget, ppo_minibatches=1),
-            "fixed": TrainerConfig(microbatching="fixed", micro_batch_size=args.fixed_size, ppo_minibatches=1),
+            "packed": TrainerConfig(microbatching="packed", micro_batch_tokens=args.token_budget, ppo_minibatches=1,
+                                    share_prompts=False),
+            "fixed": TrainerConfig(microbatching="fixed", micro_batch_size=args.fixed_size, ppo_minibatches=1,
+                                   share_prompts=False),
+            "packed+shared": TrainerConfig(microbatching="packed", micro_batch_tokens=args.token_budget,
+                                           ppo_minibatches=1, share_prompts=True),
         }
         trainers = {mode: create_trainer(model_dir, config, total_steps=args.steps + 1) for mode, config in modes.items()}
         batches = [build_batch(model_dir, args.batch, 16, seed) for seed in range(args.steps + 1)]
@@ -87,10 +93,12 @@ def main() -> None:
     print(f"{args.steps} steps x {args.batch} trajectories, sequence length median {lengths[len(lengths) // 2]}, "
           f"max {lengths[-1]} tokens")
     for mode in modes:
-        print(f"{mode:>7}: {tokens[mode] / seconds[mode]:8.0f} training tokens/s, padding "
+        print(f"{mode:>13}: {tokens[mode] / seconds[mode]:8.0f} training tokens/s, padding "
               f"{sum(padding[mode]) / len(padding[mode]):.2%}, {sum(micro[mode]) / len(micro[mode]):.1f} micro-batches/step")
     print(f"ratio packed/fixed: {(tokens['packed'] / seconds['packed']) / (tokens['fixed'] / seconds['fixed']):.2f}x "
           "training tokens/s")
+    print(f"ratio packed+shared/packed: {(tokens['packed+shared'] / seconds['packed+shared']) / (tokens['packed'] / seconds['packed']):.2f}x "
+          "training tokens/s (tokens counted unshared in both)")
     print("reproduce: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_microbatching.py " + " ".join(sys.argv[1:]))
 
 

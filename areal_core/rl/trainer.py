@@ -156,9 +156,10 @@ def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: 
     shared = mb.shared
     if shared is None:
         return sequence_logprobs(model, mb.tokens, mb.attention, temperature, entropy_grad)
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(shared.allowed.shape, dtype=dtype, device=shared.allowed.device)
-    mask.masked_fill_(~shared.allowed, torch.finfo(dtype).min)  # additive: eager attention ignores a bool mask
+    mask = shared.allowed
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask: a bool one is ignored
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
     logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits.float()
     logits = logits / (temperature if temperature > 0 else 1.0)
     packed = torch.log_softmax(logits, dim=-1)                           # [R, W, V]
@@ -202,14 +203,14 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
         by_prompt.setdefault(tuple(traj.prompt_token_ids), []).append(k)
     groups: list[tuple[tuple[int, ...], list[int]]] = []
     for prompt, members in by_prompt.items():
-        p, current, area = len(prompt), [], 0
+        p, current, row_width, area = len(prompt), [], len(prompt), 0
         for k in members:
             length = len(rows[k].output_token_ids)
-            row_width = p + sum(len(rows[i].output_token_ids) for i in current) + length
-            if current and row_width ** 2 > area + (p + length) ** 2:
+            if current and (row_width + length) ** 2 > area + (p + length) ** 2:
                 groups.append((prompt, current))
-                current, area = [], 0
+                current, row_width, area = [], p, 0
             current.append(k)
+            row_width += length
             area += (p + length) ** 2
         groups.append((prompt, current))
     if len(groups) == len(rows):
