@@ -14,7 +14,7 @@ import click
 @click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="RUN_DIR",
               help="Continue a run (e.g. one that was killed) from its newest intact checkpoint, with the config "
-                   "saved in RUN_DIR (KEY=VALUE arguments may still override it, e.g. steps=400).")
+                   "saved in RUN_DIR (KEY=VALUE arguments may still override it, e.g. steps=600).")
 def train_command(args: tuple[str, ...], sync: bool, print_config: bool, resume: Path | None) -> None:
     """Asynchronous decoupled-PPO training.
 

@@ -68,7 +68,7 @@ class TrainConfig:
     output_dir: str = "runs"
     task: str = "arithmetic"
     eval_task: str | None = "arithmetic-test"
-    steps: int = 400
+    steps: int = 500
     seed: int = 0
     data_dir: str | None = None
     reward_options: dict[str, Any] = field(default_factory=dict)  # merged over the task's reward options
