@@ -140,13 +140,17 @@ def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: t
 
     The same quantity the engines return as the behaviour log-prob (see engine/protocol.py). The entropy
     carries a gradient only with `entropy_grad` (for an entropy bonus in the loss)."""
-    logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
-    logits = logits / (temperature if temperature > 0 else 1.0)
-    logprobs = torch.log_softmax(logits, dim=-1)
-    picked = logprobs.gather(-1, tokens[:, 1:, None])[..., 0]
+    logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1]
+    logprobs, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad)
+    return logprobs.gather(-1, tokens[:, 1:, None])[..., 0], entropy
+
+
+def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-softmax of logits / T over the vocabulary [..., V], and the entropy [...] (a gradient only with `entropy_grad`)."""
+    logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return picked, entropy
+    return logprobs, entropy
 
 
 def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: float,
@@ -160,24 +164,20 @@ def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask: a bool one is ignored
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
-    logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits.float()
-    logits = logits / (temperature if temperature > 0 else 1.0)
-    packed = torch.log_softmax(logits, dim=-1)                           # [R, W, V]
-    picked = packed[shared.rows, shared.cols, mb.tokens[:, 1:]]          # [n, L-1]
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(packed.exp() * packed).sum(-1)[shared.rows, shared.cols]
-    return picked, entropy
+    logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits
+    packed, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad)  # [R, W, V], [R, W]
+    return packed[shared.rows, shared.cols, mb.tokens[:, 1:]], entropy[shared.rows, shared.cols]  # [n, L-1] each
 
 
 @dataclass
 class _SharedPrompts:
     """The micro-batch with each prompt once: a packed row is a prompt followed by every response to it
     (`allowed`: a response sees the prompt and its own earlier tokens; positions restart after the prompt),
-    and sequence i's position j is packed row rows[i, j], column cols[i, j]."""
+    and sequence i's position j is packed row rows[i], column cols[i, j]."""
     tokens: torch.Tensor        # [R, W]
     positions: torch.Tensor     # [R, W]
     allowed: torch.Tensor       # [R, 1, W, W] bool
-    rows: torch.Tensor          # [n, L-1]
+    rows: torch.Tensor          # [n, 1]
     cols: torch.Tensor          # [n, L-1]
 
 
@@ -216,7 +216,7 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
     if len(groups) == len(rows):
         return None
     packed, segments, positions = [], [], []
-    rows_of: list[list[int]] = [[]] * len(rows)
+    rows_of = [0] * len(rows)
     cols_of: list[list[int]] = [[]] * len(rows)
     for r, (prompt, members) in enumerate(groups):
         p = len(prompt)
@@ -230,7 +230,7 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
             # position j predicts token j+1: prompt positions are shared, response token u sits at start + u
             cols = list(range(p)) + [start + u for u in range(len(output) - 1)]
             cols_of[k] = cols + [0] * (width - 1 - len(cols))
-            rows_of[k] = [r] * (width - 1)
+            rows_of[k] = r
         packed.append(tokens)
         segments.append(segment)
         positions.append(position)
@@ -244,7 +244,7 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
                & (segment[:, None, :] >= 0))
     allowed |= torch.eye(packed_width, dtype=torch.bool)  # padding sees itself: no row without any key (NaN)
     return _SharedPrompts(tokens.to(device), position.to(device), allowed[:, None].to(device),
-                          torch.tensor(rows_of, dtype=torch.long, device=device),
+                          torch.tensor(rows_of, dtype=torch.long, device=device)[:, None],
                           torch.tensor(cols_of, dtype=torch.long, device=device))
 
 
