@@ -14,7 +14,8 @@ import click
 @click.option("--force", is_flag=True, help="Overwrite an existing model directory.")
 def init_model_command(output_dir: Path, seed: int, num_hidden_layers: int | None, hidden_size: int | None,
                        force: bool) -> None:
-    """Create the embedded default model: a tiny Qwen2 with a character-level tokenizer (CPU-sized)."""
+    """Create a tiny Qwen2 with a character-level tokenizer (CPU-sized). The demo's model (`areal train`
+    builds and caches its own) is `--layers 3 --hidden-size 96`."""
     from areal_core.engine.model import ModelError, init_model
 
     if (output_dir / "config.json").exists() and not force:

@@ -7,7 +7,7 @@ from areal_core.engine.model import init_model
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    """The embedded default model, as `areal init-model` makes it."""
+    """The tiny model `areal init-model` makes with its defaults."""
     return init_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
 
