@@ -35,8 +35,8 @@ from areal_core.tasks import get_task
 class ModelConfig:
     path: str = "embedded"            # a Hugging Face model directory, or "embedded" (built by areal, cached)
     # Embedded model only. 3 layers, not 2: on the CPU demo the deeper model learns the carry the 2-layer one
-    # kept missing (held-out greedy after RL 89-98% over nine runs of 450-500 steps, against 80-92% over six), at ~1.3x the
-    # trainer's step time (bench/RESULTS.md).
+    # kept missing (held-out greedy after RL 89-98% over nine runs of 450-500 steps, against 80-92% over
+    # six), at ~1.3x the trainer's step time (bench/RESULTS.md).
     num_hidden_layers: int = 3
     hidden_size: int = 96             # embedded model only
     seed: int = 0                     # embedded model only
