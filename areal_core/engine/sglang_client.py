@@ -27,10 +27,15 @@ Behaviour:
   weight update) is resubmitted as prompt + tokens so far with the remaining token budget, so from the
   caller's side it simply completes; each token keeps the weight version the server reported for it.
   `num_interruptions` counts aborts plus the server's retractions (`num_retractions`).
-- Control calls (pause, continue, update weights) are broadcast to every server not already lost. A server
-  that cannot be reached for one is marked lost (it may now hold other weights than the rest, or stay
-  paused) and gets no more requests; the call fails only when no server succeeded, or when a server
-  rejected the call itself (HTTP 4xx, success=false: e.g. a bad checkpoint path), which raises EngineError.
+- Control calls (pause, continue, update weights) are broadcast to every server not already lost. They are
+  idempotent, so a connection-level failure (refused, reset, closed without an answer) is retried
+  `control_retries` times after the same back-off; a server still unreachable after that is marked lost (it
+  may now hold other weights than the rest, or stay paused) and gets no more requests. A timeout is not
+  retried. The call fails only when no server succeeded, or when a server rejected the call itself (HTTP
+  4xx, success=false: e.g. a bad checkpoint path), which raises EngineError.
+- Keep-alive: idle connections are closed by the client after 2 s, before the server's own keep-alive
+  timeout (5 s in uvicorn, SGLang and `areal serve`'s defaults) can close one under a request being sent
+  on it; with equal timeouts that race resets a request now and then.
 - Versions: SGLang reports per-span versions (`weight_versions`) as strings; they are parsed as integers.
   "default" (SGLang's version of the weights it was launched with when no --weight-version is given)
   counts as 0. `areal serve` also sends every token's version (`output_token_weight_versions`).
@@ -63,6 +68,8 @@ from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequ
 log = logging.getLogger(__name__)
 
 _CALLER_ERRORS = (400, 422)   # the request itself is wrong: no other server would accept it either
+_KEEPALIVE_EXPIRY = 2.0       # seconds; below the servers' keep-alive timeout (see the module docstring)
+_CONNECTION_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError)  # no answer came back; not a timeout
 
 
 @dataclass
@@ -115,12 +122,14 @@ class SGLangEngine:
 
     request_timeout: seconds for one /generate answer (a server slower than this counts as failed);
     connect_timeout: seconds to open a connection; control_timeout: seconds for pause/continue/update/health;
+    control_retries: extra attempts of a control call whose connection failed before the server is dropped;
     vocab_size: when given, prompts with token ids outside [0, vocab_size) are rejected before sending.
     """
 
     def __init__(self, urls: Sequence[str], *, request_timeout: float = 3600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 600.0, max_retries: int = 5, backoff: float = 0.5,
-                 max_backoff: float = 8.0, down_seconds: float = 10.0, pause_mode: PauseMode = "retract",
+                 max_backoff: float = 8.0, down_seconds: float = 10.0, control_retries: int = 2,
+                 pause_mode: PauseMode = "retract",
                  max_aborts: int = 1000, vocab_size: int | None = None, sticky_capacity: int = 100_000) -> None:
         if not urls:
             raise EngineError("SGLangEngine needs at least one server URL, got none")
@@ -134,6 +143,7 @@ class SGLangEngine:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.down_seconds = down_seconds
+        self.control_retries = control_retries
         self.pause_mode: PauseMode = pause_mode
         self.max_aborts = max_aborts
         self.vocab_size = vocab_size
@@ -144,7 +154,8 @@ class SGLangEngine:
         self._sticky_capacity = sticky_capacity
         self._background: set[asyncio.Task] = set()
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                                                             keepalive_expiry=_KEEPALIVE_EXPIRY))
 
     async def __aenter__(self) -> "SGLangEngine":
         return self
@@ -282,7 +293,7 @@ class SGLangEngine:
             limit = self.connect_timeout if isinstance(exc, httpx.ConnectTimeout) else self.request_timeout
             return f"{type(exc).__name__} after {limit:g}s"
         except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return _describe(exc)
         except asyncio.CancelledError:
             await asyncio.shield(self._abort_remote(server, payload["rid"]))
             raise
@@ -315,11 +326,20 @@ class SGLangEngine:
             raise EngineError(f"{path}: no generation server left (all were dropped after failures)")
 
         async def one(server: _Server) -> httpx.Response | str:
-            try:
-                return await self._client.request(method, f"{server.url}{path}", json=payload,
-                                                   timeout=httpx.Timeout(self.control_timeout, connect=5.0))
-            except httpx.HTTPError as exc:
-                return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            attempt = 0
+            while True:
+                try:
+                    return await self._client.request(method, f"{server.url}{path}", json=payload,
+                                                       timeout=httpx.Timeout(self.control_timeout, connect=5.0))
+                except _CONNECTION_ERRORS as exc:
+                    if attempt == self.control_retries:
+                        return _describe(exc)
+                    server.failures += 1
+                    log.warning("%s%s failed (%s); retrying", server.url, path, _describe(exc))
+                    await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** attempt))
+                    attempt += 1
+                except httpx.HTTPError as exc:
+                    return _describe(exc)
 
         answers = await asyncio.gather(*(one(s) for s in targets))
         done: list[tuple[_Server, httpx.Response]] = []
@@ -391,6 +411,10 @@ class SGLangEngine:
                 info["servers"] = [s.url for s in self.servers if not s.lost]
                 return info
         raise EngineError(f"/model_info: no generation server answered ({', '.join(s.url for s in self.servers)})")
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _success(response: httpx.Response) -> bool:

@@ -7,6 +7,8 @@ forward pass differ by ~1e-6).
 import asyncio
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -256,6 +258,81 @@ def test_control_call_drops_an_unreachable_server_and_serving_goes_on(areal_pair
     out, healthy, stats = asyncio.run(run())
     assert len(out.output_ids) == 3 and healthy
     assert [s["state"] for s in stats] == ["lost", "up"]
+
+
+class ResettingProxy:
+    """A real TCP proxy in front of a server that resets (RST) the connection of the first `faults` requests
+    containing `trigger`, before they reach the server: what a client sees when the server's keep-alive
+    timeout closes a pooled connection just as a request is sent on it."""
+
+    def __init__(self, upstream: str, trigger: bytes, faults: int) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.trigger = trigger
+        self.faults = faults
+        self.resets = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> "ResettingProxy":
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _serve(self, client_reader, client_writer) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self.upstream)
+
+        async def to_server() -> None:
+            while chunk := await client_reader.read(65536):
+                if self.trigger in chunk and self.resets < self.faults:
+                    self.resets += 1
+                    sock = client_writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    client_writer.transport.abort()   # linger 0: the kernel answers with RST
+                    upstream_writer.close()
+                    return
+                upstream_writer.write(chunk)
+                await upstream_writer.drain()
+            upstream_writer.close()
+
+        async def to_client() -> None:
+            while chunk := await upstream_reader.read(65536):
+                client_writer.write(chunk)
+                await client_writer.drain()
+            client_writer.close()
+
+        await asyncio.gather(to_server(), to_client(), return_exceptions=True)
+
+
+def test_a_control_call_whose_connection_is_reset_is_retried_and_the_server_kept(areal_pair, tiny_model,
+                                                                                 tiny_model_v1):
+    """The weight update to server A is reset once on the wire: the client retries it, A loads the new weights
+    with B, stays in use, and every later token carries the new version."""
+    a, b = areal_pair
+    old_path, old_version = served_model(a.url)
+    new_path, new_version = other_model(old_path, tiny_model, tiny_model_v1), old_version + 1
+
+    async def run():
+        async with ResettingProxy(a.url, b"POST /update_weights_from_disk", faults=1) as proxy:
+            async with SGLangEngine([proxy.url, b.url], backoff=0.01) as engine:
+                await engine.pause("retract")
+                await engine.update_weights(new_path, new_version)
+                await engine.resume()
+                outputs = await asyncio.gather(*(
+                    engine.generate(GenerateRequest([6 + i, 85], SamplingParams(max_new_tokens=3, ignore_eos=True)))
+                    for i in range(8)))
+                return outputs, engine.server_stats(), proxy.resets
+
+    outputs, stats, resets = asyncio.run(run())
+    assert resets == 1
+    assert [s["state"] for s in stats] == ["up", "up"], stats
+    assert stats[0]["failures"] == 1 and stats[0]["segments"] >= 1 and stats[1]["failures"] == 0, stats
+    assert all(o.output_versions == [new_version] * 3 for o in outputs)
+    for url in (a.url, b.url):
+        path, version = served_model(url)
+        assert os.path.samefile(path, new_path) and version == new_version
 
 
 def test_versions_from_meta_reads_sglang_spans_and_areal_per_token_versions():
