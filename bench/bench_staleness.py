@@ -12,6 +12,10 @@ and the data really is that stale (the observed maximum staleness is printed).
 
 With several seeds each cell reports the mean and its standard error; the spread between runs of one
 config (about ±5 points on this demo) is what a difference between cells must beat.
+
+What stale data costs depends on how far the policy moves per step: with the demo's learning rate
+(3e-4) decoupled eta=4 ends far below eta=0; `--steps 900 trainer.lr=5e-5` is the slow-policy setting
+closer to AReaL's (bench/RESULTS.md has both).
 """
 from __future__ import annotations
 
