@@ -121,9 +121,24 @@ def resolve_model(config: ModelConfig) -> Path:
     if not (target / "model.safetensors").exists():
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         init_model(tmp, seed=config.seed, **settings)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+        publish_cache_entry(tmp, target)
     return target
+
+
+def publish_cache_entry(tmp: Path, target: Path) -> None:
+    """Move a freshly built model directory into the cache, atomically.
+
+    Runs started together on a cold cache each build the same entry (same key, same content); the first to
+    finish puts its copy in place and the others drop theirs. An entry in place is never deleted: another
+    run may be loading from it."""
+    if target.exists() and not (target / "model.safetensors").exists():
+        shutil.rmtree(target, ignore_errors=True)  # damaged from outside (entries only ever appear whole)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # the target is a non-empty directory: another run finished first
+        if not (target / "model.safetensors").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _file_digest(directory: Path) -> str:
@@ -292,8 +307,7 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
             t0 = time.perf_counter()
             tmp = warm_dir.with_name(warm_dir.name + f".tmp{os.getpid()}")
             await asyncio.to_thread(supervised_warmup, model_dir, task, config.warmup, tmp, config.trainer.device)
-            shutil.rmtree(warm_dir, ignore_errors=True)
-            os.replace(tmp, warm_dir)
+            publish_cache_entry(tmp, warm_dir)
             done = json.loads((warm_dir / "warmup.json").read_text())
             echo(f"warm-up: {done['steps']} supervised steps in {time.perf_counter() - t0:.1f}s "
                  f"(training-batch exact match {done['final_batch_accuracy']:.0%}) -> {warm_dir}")
