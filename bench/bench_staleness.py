@@ -8,7 +8,7 @@ The trainer is slower than generation on this CPU, so the controller runs as far
 and the data really is that stale (the observed maximum staleness is printed).
 
     .venv/bin/python bench/bench_staleness.py [--steps 120] [--etas 0,1,4,8] [--objectives decoupled,plain]
-        [--seeds 0,1,2] [KEY=VALUE ...]
+        [--seeds 0,1,2] [--parallel 2] [KEY=VALUE ...]
 
 With several seeds each cell reports the mean and its standard error; the spread between runs of one
 config (about ±5 points on this demo) is what a difference between cells must beat.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import training_runs
@@ -34,33 +35,40 @@ def main() -> None:
     parser.add_argument("--objectives", default="decoupled,plain")
     parser.add_argument("--seeds", default="0", help="comma-separated run seeds; each cell runs once per seed")
     parser.add_argument("--limit", type=int, default=500, help="held-out problems")
+    parser.add_argument("--parallel", type=int, default=1, help="training runs side by side (one torch thread each)")
     parser.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
     args = parser.parse_args()
     etas = [int(e) for e in args.etas.split(",")]
     objectives = args.objectives.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
 
+    cells = [(objective, eta, seed) for seed in seeds for objective in objectives for eta in etas
+             # At eta=0 every token is on-policy, so pi_prox = pi_behav: plain PPO is the same algorithm as
+             # decoupled PPO; its cell is the decoupled run.
+             if not (objective == "plain" and eta == 0 and "decoupled" in objectives)]
+
+    def run_cell(cell: tuple[str, int, int], tmp: Path) -> dict:
+        objective, eta, seed = cell
+        run_dir = training_runs.train(f"{objective}-eta{eta}-seed{seed}", tmp, [
+            f"steps={args.steps}", f"rollout.max_staleness={eta}",
+            f"trainer.decoupled={'true' if objective == 'decoupled' else 'false'}",
+            f"seed={seed}", f"rollout.seed={seed}", f"eval.limit={args.limit}", "checkpoint_every=0",
+            "tensorboard=false", *args.overrides])
+        run = training_runs.read_run(run_dir)
+        after = run["summary"]["after"]
+        print(f"  {objective} eta={eta} seed={seed}: sampled {after['sampled_accuracy']:.1%}, greedy "
+              f"{after['greedy_accuracy']:.1%}", flush=True)
+        return {"seed": seed, "stale": max(m["staleness_max"] for m in run["metrics"]), "greedy": after["greedy_accuracy"],
+                "sampled": after["sampled_accuracy"], "start": run["summary"]["before"]["sampled_accuracy"]}
+
     runs: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-staleness-") as tmp:
-        for seed in seeds:
-            for objective in objectives:
-                for eta in etas:
-                    if objective == "plain" and eta == 0 and "decoupled" in objectives:
-                        # At eta=0 every token is on-policy, so pi_prox = pi_behav: plain PPO is the same
-                        # algorithm as decoupled PPO; its cell is the decoupled run.
-                        continue
-                    run_dir = training_runs.train(f"{objective}-eta{eta}-seed{seed}", Path(tmp), [
-                        f"steps={args.steps}", f"rollout.max_staleness={eta}",
-                        f"trainer.decoupled={'true' if objective == 'decoupled' else 'false'}",
-                        f"seed={seed}", f"rollout.seed={seed}", f"eval.limit={args.limit}", "checkpoint_every=0",
-                        "tensorboard=false", *args.overrides])
-                    run = training_runs.read_run(run_dir)
-                    after = run["summary"]["after"]
-                    runs.setdefault((objective, eta), []).append({
-                        "stale": max(m["staleness_max"] for m in run["metrics"]), "greedy": after["greedy_accuracy"],
-                        "sampled": after["sampled_accuracy"], "start": run["summary"]["before"]["sampled_accuracy"]})
-                    print(f"  {objective} eta={eta} seed={seed}: sampled {after['sampled_accuracy']:.1%}, greedy "
-                          f"{after['greedy_accuracy']:.1%}", flush=True)
+        # Each run uses one torch thread (engine.torch_threads=1), so runs side by side share the cores
+        # without oversubscribing them.
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            results = list(pool.map(lambda cell: run_cell(cell, Path(tmp)), cells))
+    for (objective, eta, _), result in zip(cells, results):
+        runs.setdefault((objective, eta), []).append(result)
     if "plain" in objectives and ("decoupled", 0) in runs:
         runs[("plain", 0)] = runs[("decoupled", 0)]
 
@@ -75,18 +83,25 @@ def main() -> None:
     print(f"\nheld-out accuracy after {args.steps} steps (start: sampled {start:.1%}); {args.limit} problems; "
           f"mean ± standard error over seeds {args.seeds}")
     print(f"{'objective':>10} {'eta':>4} {'max stale':>9} {'greedy':>15} {'sampled':>15} {'runs (sampled)':>24}")
-    for (objective, eta), cell in runs.items():
+    for (objective, eta), cell in sorted(runs.items(), key=lambda item: (objectives.index(item[0][0]), item[0][1])):
         g, g_se = mean_se([r["greedy"] for r in cell])
         s, s_se = mean_se([r["sampled"] for r in cell])
         each = " ".join(f"{r['sampled']:.1%}" for r in cell)
         print(f"{objective:>10} {eta:>4} {max(r['stale'] for r in cell):>9} {g:>8.1%} ±{g_se:>5.1%} "
               f"{s:>8.1%} ±{s_se:>5.1%} {each:>24}")
-    sampled_mean = {key: mean_se([r["sampled"] for r in cell])[0] for key, cell in runs.items()}
     for objective in objectives:
-        if (objective, 0) in runs:
-            gaps = ", ".join(f"eta={e}: {100 * (sampled_mean[(objective, e)] - sampled_mean[(objective, 0)]):+.1f} pts"
-                             for e in etas if e and (objective, e) in runs)
-            print(f"{objective}: mean sampled accuracy vs eta=0: {gaps}")
+        if (objective, 0) not in runs:
+            continue
+        base = {r["seed"]: r["sampled"] for r in runs[(objective, 0)]}
+        gaps = []
+        for eta in etas:
+            if eta and (objective, eta) in runs:
+                # Paired by seed: runs of one seed share the warm-up, the data order and the sampling seed.
+                diffs = [100 * (r["sampled"] - base[r["seed"]]) for r in runs[(objective, eta)]]
+                mean, se = mean_se(diffs)
+                gaps.append(f"eta={eta}: {mean:+.1f} ± {se:.1f} pts" if len(diffs) > 1 else f"eta={eta}: {mean:+.1f} pts")
+        if gaps:
+            print(f"{objective}: sampled accuracy vs eta=0, paired by seed (mean ± standard error): {', '.join(gaps)}")
     print("reproduce: .venv/bin/python bench/bench_staleness.py " + " ".join(sys.argv[1:]))
 
 
