@@ -310,6 +310,17 @@ class Task:
             sample[name] = _normalise(value, spec.type, f"{where}, field {name!r}")
         # The id a user can look samples up by: the mapped/own `id` field, else the row index.
         sample["id"] = str(sample.get("id", index))
+        # A JSON row without a column other rows have is read as null, and the prompt would say "None": a bad
+        # row, found here so that `on_bad_row` applies (other template errors concern every row: they are
+        # raised when a prompt is rendered).
+        try:
+            self.render_prompt(sample)
+        except EmptyPromptField:
+            empty = ", ".join(repr(k) for k, v in sample.items() if v is None)
+            raise DatasetError(f"{where}: the prompt prints a field this row leaves empty (missing or null): "
+                               f"{empty}") from None
+        except TaskSpecError:
+            pass
         return sample
 
     def samples(self) -> list[dict[str, Any]]:
@@ -338,13 +349,24 @@ class Task:
         return [{"role": m.role, "content": _render(m.content, sample, self.name)} for m in prompt.messages or []]
 
 
+class EmptyPromptField(TaskSpecError):
+    """The prompt prints a field the sample leaves empty (null, or missing from a JSON row)."""
+
+
+def _refuse_none(value: Any) -> Any:
+    if value is None:
+        raise EmptyPromptField("the prompt prints a field this row leaves empty (missing or null)")
+    return value
+
+
 @functools.lru_cache(maxsize=256)
 def _compiled(template: str) -> Any:
     """The compiled template (compiling costs more than rendering; a training run renders one template
     for every prompt)."""
     import jinja2
 
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                             finalize=_refuse_none)
     return env.from_string(template)
 
 
@@ -353,6 +375,10 @@ def _render(template: str, sample: dict[str, Any], task: str) -> str:
 
     try:
         return _compiled(template).render(**sample)
+    except EmptyPromptField:
+        empty = ", ".join(repr(k) for k, v in sample.items() if v is None)
+        raise EmptyPromptField(f"task {task!r}: the prompt prints a field that sample {sample.get('id')!r} leaves "
+                               f"empty (missing or null): {empty}") from None
     except jinja2.UndefinedError as exc:
         raise TaskSpecError(
             f"task {task!r}: the prompt template uses an undefined field ({exc.message}); "

@@ -148,6 +148,22 @@ def test_prompt_using_a_missing_field_is_an_error_not_blank_text(tmp_path):
         task.render_prompt(task.samples()[0])
 
 
+def test_a_row_missing_a_column_the_prompt_prints_is_a_bad_row_not_the_text_none(tmp_path):
+    """JSON rows are read with one schema: a row without a column the others have gets null, which the
+    prompt would print as "None"."""
+    (tmp_path / "d.jsonl").write_text('{"q": "a", "hint": "h"}\n{"other": 1}\n{"q": "c"}\n')
+    base = {"name": "t", "dataset": {"path": "d.jsonl"}, "reward": {"name": "r"},
+            "prompt": {"template": "{{ q }}{% if hint %} (hint: {{ hint }}){% endif %}"}}
+    with pytest.raises(DatasetError, match=r"row 1 of .*d.jsonl: the prompt prints a field this row leaves empty "
+                                           r"\(missing or null\): 'q'"):
+        Task(task_spec_from_dict(base, "t"), tmp_path).samples()
+    task = Task(task_spec_from_dict(dict(base, dataset={"path": "d.jsonl", "on_bad_row": "skip"}), "t"), tmp_path)
+    with pytest.warns(UserWarning, match="skipped 1 malformed rows"):
+        samples = task.samples()
+    # An empty field the prompt only tests (`hint` of row 2) is fine.
+    assert [task.render_prompt(s) for s in samples] == ["a (hint: h)", "c"]
+
+
 def test_same_task_name_in_two_files_is_an_error_naming_both(tmp_path):
     for sub in ("one", "two"):
         (tmp_path / sub).mkdir()
