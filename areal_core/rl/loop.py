@@ -395,7 +395,8 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
                 waited = time.perf_counter() - wait_started
                 batch = [t for g in groups for t in g.trajectories]
                 if not batch:
-                    raise RuntimeError("a whole batch of rollouts failed; see the engine and reward logs")
+                    raise RuntimeError(f"every rollout of batch {step} failed (last: {controller.last_failure or 'all '
+                                       'responses dropped, see dropped_responses'}); see the engine and reward logs")
                 stale = staleness_histogram(batch, trainer.version)
                 informative = [g for g in groups if not is_uniform(g)]
                 trained = batch

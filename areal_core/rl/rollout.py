@@ -104,6 +104,7 @@ class RolloutController:
         self._order: list[int] = []
         self._order_epoch = -1
         self._redo: list[int] = []  # admitted before a restart but never finished: generated again first
+        self.last_failure: str | None = None  # the newest rollout that failed, for the error that stops a run
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -190,16 +191,29 @@ class RolloutController:
             else:
                 number = self.submitted
                 self.submitted += 1
-            task = asyncio.create_task(self._rollout_group(number, self.version))
+            task = asyncio.create_task(self._rollout_group_or_failure(number, self.version))
             self.in_flight.add(task)
 
-            def done(t: asyncio.Task, number: int = number) -> None:
+            def done(t: asyncio.Task) -> None:
                 self.in_flight.discard(t)
                 slots.release()
-                if not t.cancelled() and t.exception() is not None:
-                    log.error("rollout of prompt %d failed: %r", number, t.exception())
 
             task.add_done_callback(done)
+
+    async def _rollout_group_or_failure(self, number: int, version: int) -> None:
+        """Roll out prompt `number`; when that fails (a malformed row, a request every server rejects, no server
+        left), its group still finishes, empty, with the reason counted: the batch waiting for it must not
+        wait forever, and the run sees the failure in its metrics (a batch that is all failures stops it)."""
+        try:
+            await self._rollout_group(number, version)
+        except Exception as exc:  # noqa: BLE001 - any failure of one prompt; cancellation passes through
+            log.error("rollout of prompt %d failed", number, exc_info=exc)
+            self.last_failure = f"prompt {number}: {type(exc).__name__}: {exc}"
+            self.dropped[f"rollout failed: {type(exc).__name__}"] += self.config.group_size
+            async with self._finished_changed:
+                self.finished[number] = Group(f"p{number}", str(self.sample_for(number)["id"]), [],
+                                              self.config.group_size, version)
+                self._finished_changed.notify_all()
 
     async def _rollout_group(self, number: int, version: int) -> None:
         sample = self.sample_for(number)

@@ -76,3 +76,31 @@ def test_failed_rewards_are_dropped_from_their_group_only(model_dir, plugin_dirs
         reset_plugin_manager()
     assert all(g.trajectories == [] and g.dropped == 3 for g in batch)
     assert sum(dropped.values()) >= 6 and any("raised ValueError" in k for k in dropped)
+
+
+def test_a_prompt_whose_rollout_fails_finishes_empty_and_counted_instead_of_stalling_the_batch(model_dir, tmp_path):
+    """A prompt too long for the engine (every generate call is rejected): its group finishes empty with the
+    reason counted, the batch is handed over, and the other prompts' groups are whole."""
+    from areal_core.tasks import Task, task_spec_from_dict
+
+    rows = ['{"id": "ok1", "question": "1+2=", "reference": "3"}',
+            '{"id": "too-long", "question": "' + "9+" * 400 + '1=", "reference": "0"}',
+            '{"id": "ok2", "question": "2+2=", "reference": "4"}']
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    spec = task_spec_from_dict({"name": "flaky", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
+                                "reward": {"name": "arithmetic"}}, "flaky")
+
+    async def run():
+        config = RolloutConfig(batch_size=3, group_size=2, max_staleness=0, max_new_tokens=3)
+        async with LocalEngine(model_dir, max_seq_len=256) as engine, \
+                RewardService(RewardServiceConfig(workers=1)) as rewards:
+            controller = RolloutController(Task(spec, tmp_path), engine, rewards, engine.tokenizer, config)
+            controller.start()
+            batch = await asyncio.wait_for(controller.next_batch(), timeout=120)
+            await controller.stop()
+            return batch, controller
+
+    batch, controller = asyncio.run(run())
+    assert sorted((g.sample_id, len(g.trajectories), g.dropped) for g in batch) == [("ok1", 2, 0), ("ok2", 2, 0), ("too-long", 0, 2)]
+    assert controller.dropped == {"rollout failed: EngineError": 2}
+    assert "EngineError: prompt of 802 tokens leaves no room under the engine's max length 256" in controller.last_failure
