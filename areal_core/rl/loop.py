@@ -141,6 +141,28 @@ def publish_cache_entry(tmp: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Keys that fix which prompts a checkpoint has trained on (batch k is prompts [kB, (k+1)B) of the task's
+# order under rollout.seed): changed on resume, prompts would be skipped or trained twice.
+RESUME_FIXED_KEYS = ("task", "rollout.seed", "rollout.batch_size", "rollout.group_size")
+
+
+def _check_resume_config(config: "TrainConfig", run_dir: Path) -> None:
+    from areal_core.config import load_config
+
+    saved = load_config(TrainConfig, run_dir / "config.yaml", [])
+
+    def get(obj: Any, key: str) -> Any:
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    changed = [f"{key}={get(config, key)!r} (the run has {get(saved, key)!r})"
+               for key in RESUME_FIXED_KEYS if get(config, key) != get(saved, key)]
+    if changed:
+        raise ConfigError(f"--resume {run_dir}: {', '.join(changed)}: these keys fix which prompts the checkpoint "
+                          f"has trained on and cannot change on resume ({', '.join(RESUME_FIXED_KEYS)})")
+
+
 def _file_digest(directory: Path) -> str:
     h = hashlib.sha256()
     for path in sorted(directory.glob("*.safetensors")):
@@ -284,6 +306,8 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
         checkpoint = latest_checkpoint(run_dir, warn=lambda message: echo(message))
         echo(f"resuming {run_dir} from {checkpoint[0].name}" if checkpoint
              else f"resuming {run_dir}: no intact checkpoint, starting again from step 0")
+        if checkpoint is not None:
+            _check_resume_config(config, run_dir)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.output_dir).resolve() / f"{config.name}-{stamp}"
@@ -395,8 +419,9 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
                 waited = time.perf_counter() - wait_started
                 batch = [t for g in groups for t in g.trajectories]
                 if not batch:
-                    raise RuntimeError(f"every rollout of batch {step} failed (last: {controller.last_failure or 'all '
-                                       'responses dropped, see dropped_responses'}); see the engine and reward logs")
+                    last = controller.last_failure or "every response dropped, see dropped_responses"
+                    raise RuntimeError(f"every rollout of batch {step} failed (last: {last}); see the engine and "
+                                       "reward logs")
                 stale = staleness_histogram(batch, trainer.version)
                 informative = [g for g in groups if not is_uniform(g)]
                 trained = batch

@@ -69,17 +69,24 @@ def latest_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> tuple[Path,
 
 def truncate_log(path: Path, last_step: int) -> list[dict[str, Any]]:
     """Keep the records of steps <= last_step (a killed run may have logged steps after its last
-    checkpoint, which the resumed run does again) and a torn last line; rewrite atomically."""
+    checkpoint, which the resumed run does again) and drop a torn last line; rewrite atomically. What is
+    dropped is appended to `<name>.superseded` beside it, not lost."""
     if not path.exists():
         return []
-    kept = []
+    kept, superseded = [], []
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:
-            continue  # the line the kill cut short
+            superseded.append(line)  # the line the kill cut short
+            continue
         if record.get("step", 0) <= last_step:
             kept.append(record)
+        else:
+            superseded.append(line)
+    if superseded:
+        with open(path.with_name(path.name + ".superseded"), "a") as out:
+            out.write("".join(line + "\n" for line in superseded))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)

@@ -63,9 +63,12 @@ def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_pat
     run = subprocess.Popen([AREAL, *run_args(tmp_path, "steps=12")], env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: list(tmp_path.glob("resume-*/checkpoints/step000003")), 240, "the first checkpoint")
+        # after the first, second or third checkpoint (so also with older ones kept), somewhere in the steps
+        # that follow: mid-step, mid-checkpoint, mid-publish
+        target = random.choice([3, 6, 9])
+        wait_for(lambda: list(tmp_path.glob(f"resume-*/checkpoints/step{target:06d}")), 300, f"checkpoint {target}")
         run_dir = next(tmp_path.glob("resume-*"))
-        time.sleep(random.uniform(0.0, 1.5))  # somewhere after it: mid-step, mid-checkpoint, mid-publish
+        time.sleep(random.uniform(0.0, 1.5))
         workers = children_of(run.pid)
         assert workers, "the run should have an engine server and reward workers"
         os.killpg(run.pid, signal.SIGKILL)
@@ -74,14 +77,20 @@ def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_pat
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     wait_for(lambda: not any(process_is_running(p) for p in workers), 10, "the run's processes to be gone")
-    killed_at = len(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else 0
+    logged = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
+    killed_at = sum(1 for line in logged if line.endswith("}"))  # the kill may have cut the last line short
 
     resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     checkpoint = int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
-    assert 3 <= checkpoint <= max(3, killed_at) and checkpoint % 3 == 0
+    assert target <= checkpoint <= max(target, killed_at) and checkpoint % 3 == 0
     assert_continuous(run_dir, 12)
+    # what the killed run logged after its checkpoint is redone, and kept aside rather than deleted
+    superseded = run_dir / "metrics.jsonl.superseded"
+    redone = [json.loads(line)["step"] for line in superseded.read_text().splitlines()
+              if line.endswith("}")] if superseded.exists() else []
+    assert redone == list(range(checkpoint + 1, killed_at + 1))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["trajectories"] == 12 * BATCH * 4
 
@@ -99,6 +108,13 @@ def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path,
     weights.write_bytes(bytes(data))
     # and a directory a kill left half-written: never taken for a checkpoint
     (run_dir / "checkpoints" / ".step000009.tmp-x").mkdir()
+
+    saved_config = (run_dir / "config.yaml").read_text()
+    refused = subprocess.run([AREAL, "train", "--resume", str(run_dir), "rollout.batch_size=8"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+    assert "rollout.batch_size=8 (the run has 4)" in refused.stderr and "cannot change on resume" in refused.stderr
+    assert (run_dir / "config.yaml").read_text() == saved_config
 
     resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir), "steps=8"], env=env, capture_output=True,
                              text=True, timeout=300)
