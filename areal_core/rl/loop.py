@@ -141,6 +141,15 @@ def publish_cache_entry(tmp: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _keep_policy(weights: Path, target: Path) -> None:
+    """Copy published weights to `policies/stepN`, whole or not at all (a kill mid-copy must not leave a
+    directory that looks like a policy)."""
+    from areal_core.rl.checkpoint import atomic_directory
+
+    with atomic_directory(target, durable=False) as tmp:
+        shutil.copytree(weights, tmp, dirs_exist_ok=True)
+
+
 # Keys that fix which prompts a checkpoint has trained on (batch k is prompts [kB, (k+1)B) of the task's
 # order under rollout.seed): changed on resume, prompts would be skipped or trained twice.
 RESUME_FIXED_KEYS = ("task", "rollout.seed", "rollout.batch_size", "rollout.group_size")
@@ -433,8 +442,7 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
                 held = await controller.update_weights(str(path), trainer.version)
                 weights["dir"] = path
                 if config.keep_policy_every and step % config.keep_policy_every == 0:
-                    await asyncio.to_thread(shutil.copytree, path, run_dir / "policies" / f"step{step:06d}",
-                                            dirs_exist_ok=True)
+                    await asyncio.to_thread(_keep_policy, path, run_dir / "policies" / f"step{step:06d}")
                 _prune_weights(run_dir / "weights", keep=path)
                 trajectories_total += len(batch)
                 elapsed = time.perf_counter() - rl_started
@@ -449,18 +457,21 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
                     "prompts": [int(g.group_id[1:]) for g in groups],
                 })
                 logger.log(step, trainer.version, metrics)
-                if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps):
+                # Evaluate before the checkpoint of the same step: a kill during the eval then resumes from the
+                # checkpoint before and does the eval again, instead of leaving a hole in evals.jsonl.
+                if config.eval.every and step % config.eval.every == 0 and step < config.steps:
+                    record = await evaluate(step)
+                    target = config.eval.stop_at_accuracy
+                    stopped_early = target is not None and record.get("sampled_accuracy", 0.0) >= target
+                if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps
+                                                or stopped_early):
                     # Snapshot now, between awaits: consistent with the batches taken so far.
                     snapshot = {"step": step, "elapsed_seconds": elapsed, "trajectories": trajectories_total,
                                 "controller": controller.state_dict()}
                     await asyncio.to_thread(save_run_checkpoint, run_dir, step, trainer, snapshot,
                                             config.keep_checkpoints)
-                if config.eval.every and step % config.eval.every == 0 and step < config.steps:
-                    record = await evaluate(step)
-                    target = config.eval.stop_at_accuracy
-                    if target is not None and record.get("sampled_accuracy", 0.0) >= target:
-                        stopped_early = True
-                        break
+                if stopped_early:
+                    break
         finally:
             await controller.stop()
     rl_seconds = time.perf_counter() - rl_started

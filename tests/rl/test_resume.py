@@ -96,10 +96,14 @@ def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_pat
 
 
 def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path, env):
-    first = subprocess.run([AREAL, *run_args(tmp_path, "steps=6")], env=env, capture_output=True, text=True,
-                           timeout=300)
+    first = subprocess.run([AREAL, *run_args(tmp_path, "steps=6", "keep_policy_every=3")], env=env,
+                           capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = next(tmp_path.glob("resume-*"))
+    # the kept policies: whole model directories, nothing half-copied beside them
+    assert sorted(p.name for p in (run_dir / "policies").iterdir()) == ["step000003", "step000006"]
+    assert all((run_dir / "policies" / name / "model.safetensors").stat().st_size > 0
+               and (run_dir / "policies" / name / "config.json").exists() for name in ["step000003", "step000006"])
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == ["step000003", "step000006"]
     weights = run_dir / "checkpoints" / "step000006" / "trainer" / "model.safetensors"
