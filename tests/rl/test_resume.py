@@ -145,3 +145,31 @@ def test_fsdp_training_run_checkpoints_and_resumes_through_areal_train(tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "from step000002" in resumed.stdout
     assert_continuous(run_dir, 3)
+
+
+def test_kill_9_of_an_fsdp_run_then_resume_loses_and_repeats_nothing(tmp_path, env):
+    """The same with the FSDP2 trainer: torchrun and its two ranks die with the run, and the resumed run
+    starts new ones from the checkpoint."""
+    args = run_args(tmp_path, "steps=6", "trainer.backend=fsdp", "trainer.fsdp_processes=2", "engine.backend=local",
+                    "checkpoint_every=2")
+    run = subprocess.Popen([AREAL, *args], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        target = random.choice([2, 4])
+        wait_for(lambda: list(tmp_path.glob(f"resume-*/checkpoints/step{target:06d}")), 300, f"checkpoint {target}")
+        run_dir = next(tmp_path.glob("resume-*"))
+        time.sleep(random.uniform(0.0, 1.0))
+        ranks = children_of(run.pid)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    wait_for(lambda: not any(process_is_running(p) for p in ranks), 10, "torchrun and its ranks to be gone")
+
+    resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    checkpoint = int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
+    assert checkpoint >= target and checkpoint % 2 == 0
+    assert_continuous(run_dir, 6)
