@@ -315,12 +315,12 @@ class Task:
         # raised when a prompt is rendered).
         try:
             self.render_prompt(sample)
-        except EmptyPromptField:
-            empty = ", ".join(repr(k) for k, v in sample.items() if v is None)
-            raise DatasetError(f"{where}: the prompt prints a field this row leaves empty (missing or null): "
-                               f"{empty}") from None
+        except EmptyPromptField as exc:
+            raise DatasetError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
         except TaskSpecError:
             pass
+        except Exception as exc:  # noqa: BLE001 - e.g. a TypeError from arithmetic on this row's values
+            raise DatasetError(f"{where}: the prompt template fails on this row: {type(exc).__name__}: {exc}") from None
         return sample
 
     def samples(self) -> list[dict[str, Any]]:
@@ -335,6 +335,11 @@ class Task:
                     if self.spec.dataset.on_bad_row == "error":
                         raise
                     self.skipped_rows.append(str(exc))
+            if not samples and not self.skipped_rows:
+                raise DatasetError(f"task {self.name!r}: {self.describe_source()} has no rows")
+            if self.skipped_rows and not samples:
+                raise DatasetError(f"task {self.name!r}: every row of {self.describe_source()} is malformed "
+                                   f"({len(self.skipped_rows)} skipped); first: {self.skipped_rows[0]}")
             if self.skipped_rows:
                 warnings.warn(f"task {self.name!r}: skipped {len(self.skipped_rows)} malformed rows; first: {self.skipped_rows[0]}")
             self._samples = samples
@@ -351,6 +356,31 @@ class Task:
 
 class EmptyPromptField(TaskSpecError):
     """The prompt prints a field the sample leaves empty (null, or missing from a JSON row)."""
+
+
+class _FalsyMarker(str):
+    def __bool__(self) -> bool:
+        return False
+
+
+def _empty_fields(template: str, sample: dict[str, Any]) -> str:
+    """Which empty fields the template prints: render again (as plain Jinja, which prints None) with a
+    marker in place of one empty field at a time."""
+    import jinja2
+
+    plain = jinja2.Environment(keep_trailing_newline=True, autoescape=False).from_string(template)
+    printed = []
+    for key in [k for k, v in sample.items() if v is None]:
+        marker = _FalsyMarker(f"\x00{key}\x00")  # tested like None, printed as itself
+        try:
+            if marker in plain.render(**{**sample, key: marker}):
+                printed.append(repr(key))
+        except Exception:  # noqa: BLE001 - the template also fails otherwise: count the field as printed
+            printed.append(repr(key))
+    what = (f"the empty (missing or null) field{'s' if len(printed) > 1 else ''} {', '.join(printed)}" if printed
+            else "an empty (null) nested value")
+    return (f"{what}, which would read \"None\"; a template that allows it writes {{{{ x or '' }}}} "
+            "or {{ x | default('', true) }}")
 
 
 def _refuse_none(value: Any) -> Any:
@@ -376,9 +406,8 @@ def _render(template: str, sample: dict[str, Any], task: str) -> str:
     try:
         return _compiled(template).render(**sample)
     except EmptyPromptField:
-        empty = ", ".join(repr(k) for k, v in sample.items() if v is None)
-        raise EmptyPromptField(f"task {task!r}: the prompt prints a field that sample {sample.get('id')!r} leaves "
-                               f"empty (missing or null): {empty}") from None
+        raise EmptyPromptField(f"task {task!r}, sample {sample.get('id')!r}: the prompt prints "
+                               f"{_empty_fields(template, sample)}") from None
     except jinja2.UndefinedError as exc:
         raise TaskSpecError(
             f"task {task!r}: the prompt template uses an undefined field ({exc.message}); "

@@ -154,14 +154,22 @@ def test_a_row_missing_a_column_the_prompt_prints_is_a_bad_row_not_the_text_none
     (tmp_path / "d.jsonl").write_text('{"q": "a", "hint": "h"}\n{"other": 1}\n{"q": "c"}\n')
     base = {"name": "t", "dataset": {"path": "d.jsonl"}, "reward": {"name": "r"},
             "prompt": {"template": "{{ q }}{% if hint %} (hint: {{ hint }}){% endif %}"}}
-    with pytest.raises(DatasetError, match=r"row 1 of .*d.jsonl: the prompt prints a field this row leaves empty "
-                                           r"\(missing or null\): 'q'"):
+    with pytest.raises(DatasetError, match=r"row 1 of .*d.jsonl: the prompt prints the empty \(missing or null\) "
+                                           r"field 'q', which would read \"None\""):
         Task(task_spec_from_dict(base, "t"), tmp_path).samples()
     task = Task(task_spec_from_dict(dict(base, dataset={"path": "d.jsonl", "on_bad_row": "skip"}), "t"), tmp_path)
     with pytest.warns(UserWarning, match="skipped 1 malformed rows"):
         samples = task.samples()
     # An empty field the prompt only tests (`hint` of row 2) is fine.
     assert [task.render_prompt(s) for s in samples] == ["a (hint: h)", "c"]
+
+
+def test_a_dataset_whose_every_row_is_skipped_is_an_error_not_an_empty_task(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"q": null}\n{"q": null}\n')
+    spec = task_spec_from_dict({"name": "t", "dataset": {"path": "d.jsonl", "on_bad_row": "skip"}, "reward": {"name": "r"},
+                                "prompt": {"template": "{{ q }}"}}, "t")
+    with pytest.raises(DatasetError, match=r"every row of .*d.jsonl is malformed \(2 skipped\); first: .*row 0"):
+        Task(spec, tmp_path).samples()
 
 
 def test_same_task_name_in_two_files_is_an_error_naming_both(tmp_path):
@@ -209,3 +217,19 @@ def test_tasks_cli_lists_tasks_and_shows_first_prompt(areal, tmp_path, data_dir)
     shown = areal("--data-dir", str(data_dir), "--tasks-dir", str(tmp_path), "tasks", "show", "gsm8k-test")
     assert shown.returncode == 0, shown.stderr
     assert "1319 samples" in shown.stdout and "[user]\nJanet" in shown.stdout
+
+
+def test_a_generator_that_yields_nothing_is_an_error_naming_it(plugin_dirs, monkeypatch):
+    """Not an empty task that a training run would wait on forever."""
+    from areal_core.plugins import reset_plugin_manager
+
+    monkeypatch.syspath_prepend(str(plugin_dirs["testkit"]))
+    monkeypatch.setenv("AREAL_PLUGINS", "testkit")
+    reset_plugin_manager()
+    try:
+        spec = task_spec_from_dict({"name": "silent", "dataset": {"generator": "shout", "size": 5, "options": {"words": []}},
+                                    "prompt": {"template": "Say {{ word }}"}, "reward": {"name": "shout"}}, "silent")
+        with pytest.raises(DatasetError, match=r"task 'silent': generator shout \(seed 0, size 5\) has no rows"):
+            Task(spec).samples()
+    finally:
+        reset_plugin_manager()

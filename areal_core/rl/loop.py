@@ -132,7 +132,14 @@ def publish_cache_entry(tmp: Path, target: Path) -> None:
     finish puts its copy in place and the others drop theirs. An entry in place is never deleted: another
     run may be loading from it."""
     if target.exists() and not (target / "model.safetensors").exists():
-        shutil.rmtree(target, ignore_errors=True)  # damaged from outside (entries only ever appear whole)
+        # Damaged from outside (entries only ever appear whole). Renamed aside before it is deleted, so that
+        # two runs finding it cannot delete the good entry one of them has put in its place meanwhile.
+        aside = target.with_name(f"{target.name}.damaged{os.getpid()}")
+        try:
+            os.replace(target, aside)
+        except OSError:
+            pass  # another run moved it first
+        shutil.rmtree(aside, ignore_errors=True)
     try:
         os.replace(tmp, target)
     except OSError:  # the target is a non-empty directory: another run finished first

@@ -210,9 +210,12 @@ class RolloutController:
             log.error("rollout of prompt %d failed", number, exc_info=exc)
             self.last_failure = f"prompt {number}: {type(exc).__name__}: {exc}"
             self.dropped[f"rollout failed: {type(exc).__name__}"] += self.config.group_size
+            try:
+                sample_id = str(self.sample_for(number)["id"])
+            except Exception:  # noqa: BLE001 - what failed may be this very lookup
+                sample_id = ""
             async with self._finished_changed:
-                self.finished[number] = Group(f"p{number}", str(self.sample_for(number)["id"]), [],
-                                              self.config.group_size, version)
+                self.finished[number] = Group(f"p{number}", sample_id, [], self.config.group_size, version)
                 self._finished_changed.notify_all()
 
     async def _rollout_group(self, number: int, version: int) -> None:
