@@ -59,31 +59,42 @@ def assert_continuous(run_dir, steps):
     return metrics
 
 
-def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_path, env):
-    run = subprocess.Popen([AREAL, *run_args(tmp_path, "steps=12")], env=env, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def kill_after_a_random_checkpoint(tmp_path, env, args, checkpoints, delay):
+    """Start `areal train ARGS` in its own session, wait for one of `checkpoints` (picked at random), let it run
+    up to `delay` seconds more (mid-step, mid-checkpoint, mid-publish), then SIGKILL the whole session.
+    Returns (run_dir, target checkpoint, steps logged whole); every process of the run is gone."""
+    run = subprocess.Popen([AREAL, *args], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
     try:
-        # after the first, second or third checkpoint (so also with older ones kept), somewhere in the steps
-        # that follow: mid-step, mid-checkpoint, mid-publish
-        target = random.choice([3, 6, 9])
+        target = random.choice(checkpoints)
         wait_for(lambda: list(tmp_path.glob(f"resume-*/checkpoints/step{target:06d}")), 300, f"checkpoint {target}")
         run_dir = next(tmp_path.glob("resume-*"))
-        time.sleep(random.uniform(0.0, 1.5))
-        workers = children_of(run.pid)
-        assert workers, "the run should have an engine server and reward workers"
+        time.sleep(random.uniform(0.0, delay))
+        children = children_of(run.pid)
+        assert children, "the run should have an engine server or trainer ranks, and reward workers"
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
-    wait_for(lambda: not any(process_is_running(p) for p in workers), 10, "the run's processes to be gone")
+    wait_for(lambda: not any(process_is_running(p) for p in children), 10, "the run's processes to be gone")
     logged = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
-    killed_at = sum(1 for line in logged if line.endswith("}"))  # the kill may have cut the last line short
+    return run_dir, target, sum(1 for line in logged if line.endswith("}"))  # the kill may cut a line short
 
+
+def resume(run_dir, env):
+    """`areal train --resume RUN_DIR` to the end; returns the step of the checkpoint it resumed from."""
     resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    checkpoint = int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
+    return int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
+
+
+def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_path, env):
+    # after the first, second or third checkpoint, so also with older ones kept
+    run_dir, target, killed_at = kill_after_a_random_checkpoint(tmp_path, env, run_args(tmp_path, "steps=12"),
+                                                                [3, 6, 9], delay=1.5)
+    checkpoint = resume(run_dir, env)
     assert target <= checkpoint <= max(target, killed_at) and checkpoint % 3 == 0
     assert_continuous(run_dir, 12)
     # what the killed run logged after its checkpoint is redone, and kept aside rather than deleted
@@ -152,24 +163,7 @@ def test_kill_9_of_an_fsdp_run_then_resume_loses_and_repeats_nothing(tmp_path, e
     starts new ones from the checkpoint."""
     args = run_args(tmp_path, "steps=6", "trainer.backend=fsdp", "trainer.fsdp_processes=2", "engine.backend=local",
                     "checkpoint_every=2")
-    run = subprocess.Popen([AREAL, *args], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
-    try:
-        target = random.choice([2, 4])
-        wait_for(lambda: list(tmp_path.glob(f"resume-*/checkpoints/step{target:06d}")), 300, f"checkpoint {target}")
-        run_dir = next(tmp_path.glob("resume-*"))
-        time.sleep(random.uniform(0.0, 1.0))
-        ranks = children_of(run.pid)
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(timeout=10)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    wait_for(lambda: not any(process_is_running(p) for p in ranks), 10, "torchrun and its ranks to be gone")
-
-    resumed = subprocess.run([AREAL, "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    checkpoint = int(resumed.stdout.split("resuming")[1].split("from step")[1].split()[0])
+    run_dir, target, _ = kill_after_a_random_checkpoint(tmp_path, env, args, [2, 4], delay=1.0)
+    checkpoint = resume(run_dir, env)
     assert checkpoint >= target and checkpoint % 2 == 0
     assert_continuous(run_dir, 6)
