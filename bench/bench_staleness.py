@@ -13,9 +13,14 @@ and the data really is that stale (the observed maximum staleness is printed).
 With several seeds each cell reports the mean and its standard error; the spread between runs of one
 config (about ±5 points on this demo) is what a difference between cells must beat.
 
-What stale data costs depends on how far the policy moves per step: with the demo's learning rate
-(3e-4) decoupled eta=4 ends far below eta=0; `--steps 900 trainer.lr=5e-5` is the slow-policy setting
-closer to AReaL's (bench/RESULTS.md has both).
+What stale data costs depends on how far the policy moves per step. With the demo's learning rate (3e-4)
+the policy changes a lot each step and decoupled eta=4 ends far below eta=0. Large-model runs such as
+AReaL's move the policy little per step; the demo's setting closest to that is `--steps 1800
+trainer.lr=2.5e-5`, where decoupled eta=4 matches eta=0 (bench/RESULTS.md has every setting). Its
+five-seed table, two runs at a time (about 20 minutes a run, 2.5 hours in all):
+
+    .venv/bin/python bench/bench_staleness.py --steps 1800 --etas 0,4 --objectives decoupled
+        --seeds 0,1,2,3,4 --parallel 2 trainer.lr=2.5e-5
 """
 from __future__ import annotations
 
