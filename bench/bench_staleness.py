@@ -92,8 +92,9 @@ def main() -> None:
         g, g_se = mean_se([r["greedy"] for r in cell])
         s, s_se = mean_se([r["sampled"] for r in cell])
         each = " ".join(f"{r['sampled']:.1%}" for r in cell)
-        print(f"{objective:>10} {eta:>4} {max(r['stale'] for r in cell):>9} {g:>8.1%} ±{g_se:>5.1%} "
-              f"{s:>8.1%} ±{s_se:>5.1%} {each:>24}")
+        g_err, s_err = (f"±{se:>5.1%}" if len(cell) > 1 else " " * 6 for se in (g_se, s_se))  # one run: no error
+        print(f"{objective:>10} {eta:>4} {max(r['stale'] for r in cell):>9} {g:>8.1%} {g_err} "
+              f"{s:>8.1%} {s_err} {each:>24}")
     for objective in objectives:
         if (objective, 0) not in runs:
             continue
