@@ -316,7 +316,7 @@ class Task:
         try:
             self.render_prompt(sample)
         except EmptyPromptField as exc:
-            raise DatasetError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+            raise DatasetError(f"{where}: {exc.detail}") from None
         except TaskSpecError:
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. a TypeError from arithmetic on this row's values
@@ -355,7 +355,12 @@ class Task:
 
 
 class EmptyPromptField(TaskSpecError):
-    """The prompt prints a field the sample leaves empty (null, or missing from a JSON row)."""
+    """The prompt prints a field the sample leaves empty (null, or missing from a JSON row); `detail` says
+    which, without the task and sample the message starts with."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class _FalsyMarker(str):
@@ -406,8 +411,8 @@ def _render(template: str, sample: dict[str, Any], task: str) -> str:
     try:
         return _compiled(template).render(**sample)
     except EmptyPromptField:
-        raise EmptyPromptField(f"task {task!r}, sample {sample.get('id')!r}: the prompt prints "
-                               f"{_empty_fields(template, sample)}") from None
+        detail = f"the prompt prints {_empty_fields(template, sample)}"
+        raise EmptyPromptField(f"task {task!r}, sample {sample.get('id')!r}: {detail}", detail) from None
     except jinja2.UndefinedError as exc:
         raise TaskSpecError(
             f"task {task!r}: the prompt template uses an undefined field ({exc.message}); "
