@@ -118,18 +118,23 @@ def sglang_server(tiny_model, tmp_path_factory):
         server.stop()
 
 
-async def start_mid_generation(engine, prompts, params, running_count, attempts: int = 3):
-    """Submit one request per prompt and return their tasks once the servers report them all generating, so
-    that a pause right after lands mid-generation. `running_count()` (async) reads the servers' own count.
-    On a loaded machine a batch can finish before it is seen running; it is then submitted again."""
+async def pause_mid_generation(engine, prompts, params, running_count, attempts: int = 3):
+    """Submit one request per prompt, pause the engine once the servers report them all generating, and
+    return their tasks: every request is then paused mid-generation. `running_count()` (async) reads the
+    servers' own count. On a loaded machine a request can finish before the pause lands (seen as its task
+    done once the pause returned); the batch is then run out and submitted again."""
     for _ in range(attempts):
         tasks = [asyncio.create_task(engine.generate(GenerateRequest(p, params))) for p in prompts]
         deadline = time.monotonic() + 120
         while not any(t.done() for t in tasks) and await running_count() < len(prompts):
             assert time.monotonic() < deadline, f"the servers did not start {len(prompts)} requests in 120s"
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # every request past its first token
         if not any(t.done() for t in tasks):
-            return tasks
+            await engine.pause()
+            await asyncio.sleep(0.2)  # a response sent just before the pause reaches its task
+            if not any(t.done() for t in tasks):
+                return tasks
+            await engine.resume()
         await asyncio.gather(*tasks)
     raise AssertionError(f"requests finished before a pause could land in {attempts} tries; make them longer")

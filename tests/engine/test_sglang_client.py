@@ -22,7 +22,7 @@ from areal_core.engine.sglang_client import SGLangEngine, launch_sglang_servers,
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
-from conftest_sglang import _free_port, reference_logprobs, start_mid_generation  # noqa: E402
+from conftest_sglang import _free_port, pause_mid_generation, reference_logprobs  # noqa: E402
 from engine_checks import LOGPROB_TOLERANCE, assert_continued_with_new_weights  # noqa: E402
 
 
@@ -84,8 +84,7 @@ def test_pause_update_continue_completes_every_request_with_new_versions_and_log
     async def run():
         async with SGLangEngine(urls, pause_mode=mode) as engine:
             params = SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True, seed=5)
-            tasks = await start_mid_generation(engine, prompts, params, lambda: total_running(urls))
-            await engine.pause()
+            tasks = await pause_mid_generation(engine, prompts, params, lambda: total_running(urls))
             await engine.update_weights(new_path, new_version)
             info = await engine.model_info()
             await engine.resume()

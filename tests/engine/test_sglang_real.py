@@ -20,7 +20,7 @@ from areal_core.engine.sglang_client import SGLangEngine
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
-from conftest_sglang import reference_logprobs, start_mid_generation  # noqa: E402
+from conftest_sglang import pause_mid_generation, reference_logprobs  # noqa: E402
 from engine_checks import assert_continued_with_new_weights  # noqa: E402
 
 SGLANG_LOGPROB_TOLERANCE = 1e-4
@@ -91,9 +91,8 @@ def test_sglang_pause_update_weights_from_disk_continue_gives_per_token_versions
             old_path, old_version = await current_model(engine)
             new_path = str(tiny_model_v1) if old_path == str(tiny_model) else str(tiny_model)
             params = SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True, seed=7)
-            tasks = await start_mid_generation(engine, prompts, params,
+            tasks = await pause_mid_generation(engine, prompts, params,
                                                lambda: asyncio.to_thread(running_requests, sglang_server.url))
-            await engine.pause()
             await engine.update_weights(new_path, old_version + 1)
             after = await current_model(engine)
             await engine.resume()
