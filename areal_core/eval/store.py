@@ -5,7 +5,7 @@ URL (`postgresql://user@host/areal`), so a team can share one leaderboard. Two t
 
     runs     one row per eval of one model on one task: the identity key, the manifest (model path or
              URL and content hash, task spec hash, dataset hash, plugin versions, sampling settings,
-             seed, date, code version), status running|finished, and the aggregate metrics
+             seed, date, code version), status running|finished|superseded, and the aggregate metrics
     samples  one row per scored sample: (run, prompt id, sample index) -> response, extracted answer,
              score, verdict, error, reward details
 
@@ -71,7 +71,7 @@ class RunRecord:
     source: str                 # "eval" (areal eval) or "train" (periodic evals of areal train)
     step: int | None
     run_dir: str | None
-    status: str                 # "running" or "finished"
+    status: str                 # "running", "finished", or "superseded" (a training eval its resumed run redid)
     problems: int
     created_at: str
     finished_at: str | None
@@ -192,11 +192,12 @@ class ResultsStore:
             return int(result.inserted_primary_key[0])
 
     def find_run(self, key: str) -> RunRecord | None:
-        """The latest run with this identity key, finished or not."""
+        """The latest run with this identity key, finished or not (superseded runs do not count)."""
         from sqlalchemy import select
 
+        query = select(self.runs).where(self.runs.c.key == key, self.runs.c.status != "superseded")
         with self.engine.connect() as conn:
-            row = conn.execute(select(self.runs).where(self.runs.c.key == key).order_by(self.runs.c.id.desc())).first()
+            row = conn.execute(query.order_by(self.runs.c.id.desc())).first()
         return None if row is None else self._run(row)
 
     def run(self, run_id: int) -> RunRecord:
@@ -228,6 +229,19 @@ class ResultsStore:
             values["finished_at"] = utc_now()
         with self.engine.begin() as conn:
             conn.execute(update(self.runs).where(self.runs.c.id == run_id).values(**values))
+
+    def supersede_training_evals(self, run_dir: str, after_step: int) -> int:
+        """Mark the evals that the training run in `run_dir` recorded after `after_step` superseded: the run
+        resumed from that step's checkpoint and evaluates those steps again, with the weights it trains anew.
+        They stay in the store (samples too) but off the leaderboard. Returns how many."""
+        from sqlalchemy import update
+
+        runs = self.runs.c
+        with self.engine.begin() as conn:
+            result = conn.execute(update(self.runs).where(
+                runs.source == "train", runs.run_dir == run_dir, runs.step > after_step,
+                runs.status != "superseded").values(status="superseded"))
+            return int(result.rowcount)
 
     @staticmethod
     def _run(row: Any) -> RunRecord:

@@ -360,6 +360,8 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
     tokenizer = trainer.tokenizer
     logger = RunLogger(run_dir, config.tensorboard, config.steps, resume_step=state["step"] if resume else None)
     evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resume else []
+    if resume and results_db(config) is not None:
+        await asyncio.to_thread(_supersede_redone_evals, results_db(config), run_dir, state["step"], echo)
     try:
         async with Engines(config.engine, model_dir, run_dir) as engine, RewardService(config.reward) as rewards:
             return await _train(config, run_dir, task, eval_task, trainer, tokenizer, engine, rewards, logger,
@@ -367,6 +369,23 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
     finally:
         logger.close()
         trainer.close()
+
+
+def results_db(config: TrainConfig) -> str | None:
+    """Where the run's evals are recorded for `areal leaderboard` (None: nowhere)."""
+    from areal_core.eval.store import default_db
+
+    return default_db() if config.eval.db == "default" else config.eval.db
+
+
+def _supersede_redone_evals(db: str, run_dir: Path, step: int, echo) -> None:
+    """A resumed run evaluates the steps after its checkpoint again: their old records leave the leaderboard."""
+    from areal_core.eval.store import ResultsStore
+
+    with ResultsStore(db) as store:
+        count = store.supersede_training_evals(str(run_dir), step)
+    if count:
+        echo(f"results store: {count} eval record(s) of steps after {step} marked superseded (they are redone)")
 
 
 async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, tokenizer, engine, rewards,
@@ -377,9 +396,8 @@ async def _train(config: TrainConfig, run_dir: Path, task, eval_task, trainer, t
     first_step = state["step"] + 1
     from areal_core.eval.records import EvalSettings
     from areal_core.eval.runner import evaluate_task, record_eval
-    from areal_core.eval.store import default_db
 
-    db = default_db() if config.eval.db == "default" else config.eval.db
+    db = results_db(config)
     weights = {"dir": model_dir}  # the directory holding the weights the engine serves now
 
     async def evaluate(step: int) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from areal_core.eval.leaderboard import build_leaderboard
+from areal_core.eval.store import ResultsStore
 from tests.support import process_is_running
 
 AREAL = str(Path(sys.executable).parent / "areal")
@@ -107,7 +109,9 @@ def test_kill_9_at_a_random_moment_then_resume_loses_and_repeats_nothing(tmp_pat
 
 
 def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path, env):
-    first = subprocess.run([AREAL, *run_args(tmp_path, "steps=6", "keep_policy_every=3")], env=env,
+    db = tmp_path / "results.db"
+    evals = ["eval_task=arithmetic-test", "eval.every=3", "eval.limit=8", "eval.sampled=false", f"eval.db={db}"]
+    first = subprocess.run([AREAL, *run_args(tmp_path, "steps=6", "keep_policy_every=3", *evals)], env=env,
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = next(tmp_path.glob("resume-*"))
@@ -137,6 +141,20 @@ def test_a_damaged_checkpoint_is_detected_and_the_previous_one_is_used(tmp_path,
     assert "skipping damaged checkpoint step000006" in resumed.stdout
     assert "from step000003" in resumed.stdout
     assert_continuous(run_dir, 8)
+    # step 6 was evaluated again with the weights trained anew: the leaderboard shows that eval, once
+    assert [e["step"] for e in read_jsonl(run_dir / "evals.jsonl")] == [0, 3, 6, 8]
+    assert [json.loads(line)["step"] for line in (run_dir / "evals.jsonl.superseded").read_text().splitlines()] == [6]
+    assert "1 eval record(s) of steps after 3 marked superseded" in resumed.stdout
+    with ResultsStore(db) as store:
+        recorded = [store.run(run_id) for run_id in range(1, 6)]  # the five evals, in the order they ran
+        board = build_leaderboard(store)
+    runs = {(run.step, run.status): run for run in recorded}
+    assert [(run.step, run.status) for run in recorded] == [(0, "finished"), (3, "finished"), (6, "superseded"),
+                                                            (6, "finished"), (8, "finished")]
+    assert runs[(6, "finished")].id > runs[(6, "superseded")].id
+    assert sorted(s.model for s in board.standings) == [f"{run_dir.name}@step{n}" for n in (0, 3, 6, 8)]
+    assert next(s for s in board.standings if s.model.endswith("@step6")).runs["arithmetic-test"].id == \
+        runs[(6, "finished")].id
 
 
 def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path, areal):
