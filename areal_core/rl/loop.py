@@ -360,8 +360,9 @@ async def run_training(config: TrainConfig, echo=print, resume: str | Path | Non
     tokenizer = trainer.tokenizer
     logger = RunLogger(run_dir, config.tensorboard, config.steps, resume_step=state["step"] if resume else None)
     evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resume else []
-    if resume and eval_task is not None and results_db(config) is not None:
-        await asyncio.to_thread(_supersede_redone_evals, results_db(config), run_dir, state["step"], echo)
+    db = results_db(config) if resume and eval_task is not None else None
+    if db is not None:
+        await asyncio.to_thread(_supersede_redone_evals, db, run_dir, state["step"], echo)
     try:
         async with Engines(config.engine, model_dir, run_dir) as engine, RewardService(config.reward) as rewards:
             return await _train(config, run_dir, task, eval_task, trainer, tokenizer, engine, rewards, logger,
