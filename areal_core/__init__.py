@@ -4,9 +4,9 @@ Plugin authors need only::
 
     from areal_core import hookimpl, RewardResult
 """
-from areal_core.hookspecs import hookimpl
-from areal_core.types import RewardRequest, RewardResult, Trajectory
+__version__ = "0.1.0"  # first: the plugin manager, imported below, reports it for the default plugins
 
-__version__ = "0.1.0"
+from areal_core.plugins.hookspecs import hookimpl  # noqa: E402
+from areal_core.types import RewardRequest, RewardResult, Trajectory  # noqa: E402
 
 __all__ = ["hookimpl", "RewardResult", "RewardRequest", "Trajectory", "__version__"]

@@ -37,8 +37,9 @@ async def score_policies(run_dir: Path, limit: int, seed: int) -> dict[int, floa
     """Held-out sampled (T=1) accuracy of every kept policy, through the local engine."""
     from areal_core.engine.local import LocalEngine
     from areal_core.engine.model import load_tokenizer
-    from areal_core.reward_service import RewardService, RewardServiceConfig
-    from areal_core.rl.evaluate import evaluate_accuracy
+    from areal_core.rewards import RewardService, RewardServiceConfig
+    from areal_core.eval.records import EvalSettings
+    from areal_core.eval.runner import evaluate_task
     from areal_core.tasks import get_task
 
     task = get_task(EVAL_TASK)
@@ -47,8 +48,8 @@ async def score_policies(run_dir: Path, limit: int, seed: int) -> dict[int, floa
         for policy in sorted((run_dir / "policies").iterdir()):
             engine = LocalEngine(policy, torch_threads=1).start()
             try:
-                result = await evaluate_accuracy(engine, task, load_tokenizer(policy), rewards, temperature=1.0,
-                                                 max_new_tokens=MAX_NEW_TOKENS, limit=limit, seed=seed)
+                settings = EvalSettings(n=1, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, limit=limit, seed=seed)
+                result = (await evaluate_task(engine, task, load_tokenizer(policy), rewards, settings)).metrics
             finally:
                 await engine.close()
             accuracy[int(policy.name.removeprefix("step"))] = result["accuracy"]

@@ -43,7 +43,8 @@ def main() -> None:
     args = parser.parse_args()
     batches = sorted(int(b) for b in args.batches.split(","))
     torch.set_num_threads(1)
-    from areal_core.rl.loop import ModelConfig, resolve_model
+    from areal_core.rl.config import ModelConfig
+    from areal_core.rl.model_cache import resolve_model
 
     costs = asyncio.run(step_costs(resolve_model(ModelConfig()), batches, args.tokens))
     print(f"{'sequences':>9} {'ms / step':>10} {'tokens/s':>9}")

@@ -57,7 +57,8 @@ def main() -> None:
     torch.set_num_threads(1)
 
     from areal_core.engine.model import init_model
-    from areal_core.rl.trainer import TrainerConfig, create_trainer
+    from areal_core.rl.config import TrainerConfig
+    from areal_core.rl.trainer import create_trainer, train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-microbatch-") as tmp:
         model_dir = init_model(Path(tmp) / "model", seed=0, num_hidden_layers=2, hidden_size=96, intermediate_size=288)
@@ -78,7 +79,7 @@ def main() -> None:
         for step, batch in enumerate(batches):
             for mode, trainer in trainers.items():
                 started = time.perf_counter()
-                metrics = trainer.train_step(batch, 1.0)
+                metrics = train_step(trainer, batch, 1.0)
                 elapsed = time.perf_counter() - started
                 if step == 0:
                     continue  # warm-up step: allocator and kernels

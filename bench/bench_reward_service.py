@@ -90,7 +90,7 @@ def start_redis() -> tuple[subprocess.Popen, str]:
 
 
 def start_worker(broker: str, workers: int, queue: str) -> subprocess.Popen:
-    from areal_core.reward_service.celery_app import make_celery_app
+    from areal_core.rewards.celery_app import make_celery_app
 
     name = f"bench-{os.getpid()}@bench"
     areal = Path(sys.executable).parent / "areal"
@@ -136,7 +136,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def run_serial(requests):
-    from areal_core.registry import reward_registry
+    from areal_core.rewards import reward_registry
     from areal_core.rewards import call_reward
 
     spec = reward_registry().get(requests[0].reward)
@@ -148,7 +148,7 @@ def run_serial(requests):
 
 async def run_modes(configs, rounds, count, warmup, worker_pids):
     """Alternate the services round by round, so a load change on the machine hits both alike."""
-    from areal_core.reward_service import RewardService
+    from areal_core.rewards import RewardService
 
     services = {mode: RewardService(config) for mode, config in configs.items()}
     walls = {mode: [] for mode in services}
@@ -185,8 +185,8 @@ def main() -> None:
 
     os.environ.setdefault("AREAL_PLUGINS", "math")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from areal_core.registry import reward_registry
-    from areal_core.reward_service import RewardServiceConfig
+    from areal_core.rewards import reward_registry
+    from areal_core.rewards import RewardServiceConfig
     from areal_core.types import RewardRequest
 
     if "math" not in reward_registry():

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from areal_core.engine.model import init_model, load_model
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig, create_trainer, sequence_logprobs
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, create_trainer, sequence_logprobs, train_step
 from areal_core.types import RewardResult, Trajectory
 
 
@@ -49,7 +50,7 @@ def timed_steps(trainer, batches: list[list[Trajectory]]) -> tuple[list[float], 
     seconds, losses = [], []
     for i, batch in enumerate(batches):
         started = time.perf_counter()
-        losses.append(trainer.train_step(batch, 1.0)["loss"])
+        losses.append(train_step(trainer, batch, 1.0)["loss"])
         if i:
             seconds.append(time.perf_counter() - started)
     return seconds, losses

@@ -10,8 +10,14 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
   export DEBIAN_FRONTEND=noninteractive
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get install -y --no-install-recommends redis-server >/dev/null 2>&1 \
-    || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y --no-install-recommends redis-server >/dev/null; }
+  apt_log=$(mktemp)
+  if ! { $SUDO apt-get install -y --no-install-recommends redis-server \
+         || { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends redis-server; }; } >"$apt_log" 2>&1; then
+    echo "error: apt-get could not install redis-server:" >&2
+    tail -n 20 "$apt_log" >&2
+    exit 1
+  fi
+  rm -f "$apt_log"
 fi
 
 if [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = "PONG" ]; then

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up the virtualenv and run the whole test suite (extra arguments go to pytest).
-# Tests use the real eval sets in $AREAL_DATA_DIR (default: ../shared/data beside the checkout) and
-# start or use real services (Redis, Docker) where a test needs them; .ci/run starts those on CI.
+# Set up the virtualenv, bring up every service the tests use, and run the whole test suite (extra arguments
+# go to pytest). On a new machine this installs what is missing (needs root for apt and dockerd): Redis, the
+# Docker engine and the offline sandbox image, headless Chromium, the real SGLang server's virtualenv (see
+# scripts/services.sh); when all of it is there already it takes seconds. Tests use the real eval sets in
+# $AREAL_DATA_DIR (default: ../shared/data beside the checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/services.sh
 exec .venv/bin/python -m pytest "$@"

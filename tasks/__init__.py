@@ -1,1 +1,1 @@
-"""Declarative task specs (YAML) shipped with areal-core; see areal_core/tasks.py for the format."""
+"""Declarative task specs (YAML) shipped with areal-core; the format is in areal_core/tasks/spec.py."""

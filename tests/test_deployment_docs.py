@@ -117,7 +117,7 @@ def test_every_areal_command_in_the_guide_names_a_real_subcommand_and_real_optio
 
 def test_every_areal_train_line_in_the_guide_resolves_to_a_config():
     from areal_core.config import load_config
-    from areal_core.rl.loop import TrainConfig
+    from areal_core.rl.config import TrainConfig
 
     lines = [words[1:] for words in areal_commands() if words[0] == "train"]
     assert lines
@@ -139,7 +139,7 @@ def test_every_areal_train_line_in_the_guide_resolves_to_a_config():
 
 
 def test_the_guides_sglang_launch_lines_carry_the_launchers_flags():
-    from areal_core.engine.sglang_client import ServerProcess
+    from areal_core.engine.launch import ServerProcess
 
     launcher = ServerProcess.sglang("/models/m", 30000, host="0.0.0.0", python="python").command
     assert launcher[:3] == ["python", "-m", "sglang.launch_server"]

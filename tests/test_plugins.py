@@ -78,10 +78,86 @@ def test_duplicate_reward_name_is_an_error_naming_both_plugins(areal, with_plugi
     assert "Traceback" not in result.stderr
 
 
+DEFAULT_PLUGINS = {"builtin-engines", "builtin-reward-backends", "builtin-trainers"}
+
+
 def test_areal_plugins_env_restricts_which_plugins_load(areal, with_plugins):
     env = with_plugins("testkit", "broken_import", AREAL_PLUGINS="testkit")
     plugins, _ = plugins_json(areal, env)
-    assert set(plugins) == {"testkit"}
+    assert set(plugins) == {"testkit"} | DEFAULT_PLUGINS
     plugins, problems = plugins_json(areal, with_plugins(AREAL_PLUGINS="nosuchplugin"))
-    assert plugins == {}
+    assert set(plugins) == DEFAULT_PLUGINS  # areal-core's own backends load whatever AREAL_PLUGINS says
     assert any("nosuchplugin" in p for p in problems)
+
+
+def test_the_builtin_backends_are_default_plugins_listed_with_what_they_provide(areal):
+    plugins, problems = plugins_json(areal, {"AREAL_PLUGINS": ""})
+    assert problems == []
+    provided = {name: sorted(plugins[name]["provides"]) for name in DEFAULT_PLUGINS}
+    assert provided == {"builtin-engines": ["engine:local", "engine:server", "engine:sglang"],
+                        "builtin-reward-backends": ["reward-backend:celery", "reward-backend:local"],
+                        "builtin-trainers": ["trainer:fsdp", "trainer:local"]}
+    assert all(plugins[name]["builtin"] and plugins[name]["distribution"] == "areal-core" and
+               plugins[name]["error"] is None for name in DEFAULT_PLUGINS)
+    table = areal("plugins", env={"AREAL_PLUGINS": "", "COLUMNS": "200"})
+    assert "builtin-engines (default)" in table.stdout and "engine:sglang" in table.stdout
+
+
+def test_a_notification_hook_that_raises_is_warned_about_and_the_other_plugins_are_still_called(tmp_path):
+    """Notifications go through pluggy (`manager.hook.on_train_step(...)`); a plugin that raises in one is
+    reported as a warning and does not stop the call reaching the others."""
+    import warnings
+
+    from areal_core import hookimpl
+    from areal_core.plugins import PluginManager
+
+    seen = []
+
+    class Listener:
+        @hookimpl
+        def on_train_step(self, step, policy_version, metrics, run_dir):
+            seen.append(step)
+
+    class Broken:
+        @hookimpl(tryfirst=True)
+        def on_train_step(self, step):
+            raise RuntimeError("disk full")
+
+    manager = PluginManager()
+    manager.register(Listener(), "listener")
+    manager.register(Broken(), "broken")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager.hook.on_train_step(step=3, policy_version=3, metrics={}, run_dir=str(tmp_path))
+    assert seen == [3]
+    assert [str(w.message) for w in caught] == ["plugin 'broken': hook on_train_step raised RuntimeError: disk full"]
+
+
+def test_hook_wrappers_see_registration_hooks_called_through_pluggy():
+    """Registration goes through pluggy too: a plugin's wrapper around `register_rewards` runs around every
+    other plugin's implementation, and each registration is credited to the plugin that made it."""
+    from areal_core import hookimpl
+    from areal_core.plugins import PluginManager
+
+    calls = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def register_rewards(self, register):
+            calls.append("before")
+            result = yield
+            calls.append("after")
+            return result
+
+    class Provider:
+        @hookimpl
+        def register_rewards(self, register):
+            calls.append("provider")
+            register("echo", lambda sample, response: True)
+
+    manager = PluginManager()
+    manager.register(Provider(), "provider")
+    manager.register(Wrapper(), "wrapper")
+    registry = manager.registry("register_rewards", "reward", lambda plugin, name, fn: (name, (plugin, fn)))
+    assert calls == ["before", "provider", "after"]
+    assert registry.get("echo")[0] == "provider" and registry.plugin("echo") == "provider"

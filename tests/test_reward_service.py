@@ -12,8 +12,8 @@ import pytest
 
 from areal_core.errors import ConfigError, InputError
 from areal_core.plugins import reset_plugin_manager
-from areal_core.registry import reward_registry
-from areal_core.reward_service import (
+from areal_core.rewards import reward_registry
+from areal_core.rewards import (
     RewardService,
     RewardServiceConfig,
     RewardServiceError,
@@ -254,7 +254,8 @@ def test_submit_rejects_what_is_not_a_reward_request(test_plugins):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"backend": "ray"}, "reward service backend 'ray': expected one of local, celery"),
+    ({"backend": "ray"}, "reward service: backend 'ray' is not a registered reward backend (registered: celery, "
+                         "local; plugins add more"),
     ({"workers": 0}, "reward service workers: expected an integer >= 1, got 0"),
     ({"timeout": 0}, "reward service timeout: expected a number of seconds > 0, got 0"),
     ({"batch_size": 1.5}, "reward service batch_size: expected an integer >= 1, got 1.5"),
@@ -280,7 +281,7 @@ def test_reward_workers_die_with_the_process_that_started_them(plugin_dirs, tmp_
     pidfile = tmp_path / "worker.pid"
     script = textwrap.dedent(f"""
         import os, sys, time
-        from areal_core.reward_pool import RewardPool
+        from areal_core.rewards import RewardPool
         from areal_core.types import RewardRequest
         if __name__ == "__main__":
             with RewardPool(workers=1, timeout=600) as pool:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from areal_core.plugins import reset_plugin_manager
-from areal_core.reward_service import (
+from areal_core.rewards import (
     RewardService,
     RewardServiceConfig,
     RewardServiceError,
 )
-from areal_core.reward_service.celery_app import TASK_NAME, make_celery_app
+from areal_core.rewards.celery_app import TASK_NAME, make_celery_app
 from areal_core.types import RewardRequest
 
 pytestmark = pytest.mark.timeout(240)

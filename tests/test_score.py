@@ -5,7 +5,7 @@ import time
 import pytest
 
 from areal_core.plugins import reset_plugin_manager
-from areal_core.reward_pool import RewardPool
+from areal_core.rewards import RewardPool
 from areal_core.types import RewardRequest
 from support import process_is_running
 

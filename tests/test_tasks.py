@@ -5,7 +5,7 @@ import pytest
 
 from areal_core.errors import DatasetError, DuplicateNameError, TaskSpecError
 from areal_core.plugins import reset_plugin_manager
-from areal_core.registry import task_registry
+from areal_core.tasks import task_registry
 from areal_core.tasks import Task, load_task_yaml, task_spec_from_dict
 
 GSM8K_SPEC = """

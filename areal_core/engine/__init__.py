@@ -1,10 +1,16 @@
-"""Generation engines: one async protocol, an embedded local torch engine and an SGLang HTTP client."""
+"""Generation engines: one async protocol (`protocol.py`), the embedded local torch engine, `areal serve` (its
+SGLang-compatible HTTP server), the SGLang client, and the backends built from them (`backends.py`), started
+by name through the plugin registry (`launch.py`)."""
+from areal_core.engine.launch import EngineConfig, start_engines
 from areal_core.engine.protocol import (
     EngineError,
+    EngineTarget,
     GenerateOutput,
     GenerateRequest,
     InferenceEngine,
     SamplingParams,
+    validate_request,
 )
 
-__all__ = ["EngineError", "GenerateOutput", "GenerateRequest", "InferenceEngine", "SamplingParams"]
+__all__ = ["EngineConfig", "EngineError", "EngineTarget", "GenerateOutput", "GenerateRequest", "InferenceEngine",
+           "SamplingParams", "start_engines", "validate_request"]

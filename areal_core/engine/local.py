@@ -29,7 +29,14 @@ import torch
 
 from areal_core.engine.decoder import SlottedDecoder
 from areal_core.engine.model import ModelError, eos_token_ids, load_model, load_tokenizer
-from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, SamplingParams
+from areal_core.engine.protocol import (
+    EngineError,
+    GenerateOutput,
+    GenerateRequest,
+    PauseMode,
+    SamplingParams,
+    validate_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,7 @@ class LocalEngine:
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="areal-engine", daemon=True)
         self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "prefill_tokens_reused": 0, "interruptions": 0}
+        self.last_weight_load_seconds = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "LocalEngine":
@@ -104,15 +112,7 @@ class LocalEngine:
     # -- public async API (InferenceEngine) ----------------------------------------------------
     def validate(self, request: GenerateRequest) -> None:
         """Raise EngineError for a request the engine cannot serve (the server turns it into HTTP 400)."""
-        if not request.input_ids:
-            raise EngineError("input_ids is empty: a prompt needs at least one token")
-        bad = [t for t in request.input_ids if not isinstance(t, int) or t < 0 or t >= self.vocab_size]
-        if bad:
-            raise EngineError(f"token id {bad[0]!r} is out of the vocabulary (size {self.vocab_size})")
-        request.sampling_params.validate()
-        if len(request.input_ids) >= self.max_seq_len:
-            raise EngineError(f"prompt of {len(request.input_ids)} tokens leaves no room under the engine's "
-                              f"max length {self.max_seq_len}")
+        validate_request(request, self.vocab_size, self.max_seq_len)
 
     def submit(self, request: GenerateRequest, on_done: Callable[[GenerateOutput], None]) -> None:
         """Thread-safe: queue a request; `on_done` is called on the engine thread with the output."""
@@ -148,15 +148,26 @@ class LocalEngine:
     async def resume(self) -> None:
         await self._command("continue")
 
-    async def update_weights(self, path: str | Path, version: int) -> float:
-        """Returns the seconds spent loading."""
-        return await self._command("update_weights", (str(path), int(version)))
+    async def update_weights(self, path: str | Path, version: int) -> None:
+        await self._command("update_weights", (str(path), int(version)))
 
     async def flush_cache(self) -> None:
         await self._command("flush_cache")
 
     async def health(self) -> bool:
         return self._thread.is_alive() and not self._stopped
+
+    def server_stats(self) -> list[dict[str, Any]]:
+        return []  # in-process: no servers
+
+    @property
+    def requests(self) -> int:
+        """Requests running or waiting."""
+        return len(self._running) + len(self._waiting)
+
+    def abort_all(self) -> None:
+        self._inbox.put(("abort", None, None))
+        self._wake.set()
 
     async def model_info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "tokenizer_path": self.model_path, "is_generation": True,
@@ -214,8 +225,8 @@ class LocalEngine:
             params = request.sampling_params
             seed = params.seed if params.seed is not None else next(self._seeds)
             self._waiting.append(_Running(request=request, on_done=on_done, seed=int(seed)))
-        elif name == "abort":
-            for req in [r for r in list(self._running) + list(self._waiting) if r.request.rid == arg]:
+        elif name == "abort":  # arg: a request id, or None for every request
+            for req in [r for r in list(self._running) + list(self._waiting) if arg is None or r.request.rid == arg]:
                 self._finish(req, "abort", message="aborted by client")
         elif name == "pause":
             self._paused = True
@@ -235,7 +246,7 @@ class LocalEngine:
                 self._drop_cache(req)
             self.version = version
             self.model_path = path
-            return time.perf_counter() - started
+            self.last_weight_load_seconds = time.perf_counter() - started
         elif name == "flush_cache":
             for req in self._running:
                 self._drop_cache(req)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from areal_core.errors import ArealError
@@ -90,6 +91,32 @@ class GenerateRequest:
     rid: str = ""
 
 
+def validate_request(request: GenerateRequest, vocab_size: int | None = None, max_seq_len: int | None = None) -> None:
+    """Raise EngineError for a request no engine can serve: an empty prompt, a token id outside
+    [0, vocab_size) (when the vocabulary is known), bad sampling params, or a prompt that leaves no room
+    under `max_seq_len`. Every engine checks requests with this one function before it queues or sends them."""
+    if not request.input_ids:
+        raise EngineError("input_ids is empty: a prompt needs at least one token")
+    bad = [t for t in request.input_ids if not isinstance(t, int) or isinstance(t, bool) or t < 0
+           or (vocab_size is not None and t >= vocab_size)]
+    if bad:
+        limit = f"[0, {vocab_size})" if vocab_size is not None else "non-negative integers"
+        raise EngineError(f"token id {bad[0]!r} in input_ids is out of the vocabulary: expected {limit}")
+    request.sampling_params.validate()
+    if max_seq_len is not None and len(request.input_ids) >= max_seq_len:
+        raise EngineError(f"prompt of {len(request.input_ids)} tokens leaves no room under the engine's "
+                          f"max length {max_seq_len}")
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """What an engine backend serves: `model`, a model directory to start engines on, or `urls`, servers
+    already running (then `model`, when given, is the directory they were started from)."""
+
+    model: Path | None = None
+    urls: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class GenerateOutput:
     rid: str
@@ -127,6 +154,10 @@ class InferenceEngine(Protocol):
 
     async def model_info(self) -> dict[str, Any]:
         """At least: model_path, weight_version."""
+
+    def server_stats(self) -> list[dict[str, Any]]:
+        """Per generation server: url, requests in flight, segments served, failures, state (up / down /
+        lost); [] for an engine without servers (in-process)."""
 
     async def close(self) -> None:
         """Release resources."""

@@ -161,12 +161,13 @@ def build_app(engine: LocalEngine) -> FastAPI:
             if not path or not Path(path).is_dir():
                 raise EngineError(f"model_path {path!r} is not a directory")
             version = _parse_version(data.get("weight_version"), engine.version)
-            running = len(engine._running)
-            seconds = await engine.update_weights(path, version)
+            paused = engine.requests
+            await engine.update_weights(path, version)
         except Exception as exc:
             return JSONResponse({"success": False, "message": str(exc), "num_paused_requests": 0}, status_code=400)
+        seconds = engine.last_weight_load_seconds
         return {"success": True, "message": f"Succeeded to update model weights in {seconds:.3f}s.",
-                "num_paused_requests": running}
+                "num_paused_requests": paused}
 
     @app.get("/health")
     @app.get("/health_generate")
@@ -187,8 +188,7 @@ def build_app(engine: LocalEngine) -> FastAPI:
     async def abort_request(request: Request):
         data = await body(request)
         if data.get("abort_all"):
-            for req in list(engine._running) + list(engine._waiting):
-                engine.abort(req.request.rid)
+            engine.abort_all()
         elif data.get("rid"):
             engine.abort(str(data["rid"]))
         return Response(status_code=200)

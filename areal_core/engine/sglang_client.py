@@ -53,17 +53,14 @@ import asyncio
 import collections
 import logging
 import os
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import httpx
 
-from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode
+from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -129,22 +126,18 @@ class SGLangEngine:
     def __init__(self, urls: Sequence[str], *, request_timeout: float = 3600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 600.0, max_retries: int = 5, backoff: float = 0.5,
                  max_backoff: float = 8.0, down_seconds: float = 10.0, control_retries: int = 2,
-                 pause_mode: PauseMode = "retract",
                  max_aborts: int = 1000, vocab_size: int | None = None, sticky_capacity: int = 100_000) -> None:
         if not urls:
             raise EngineError("SGLangEngine needs at least one server URL, got none")
         bad = [u for u in urls if not str(u).startswith(("http://", "https://"))]
         if bad:
             raise EngineError(f"server URL {bad[0]!r} must start with http:// or https://")
-        if pause_mode not in ("abort", "retract", "in_place"):
-            raise EngineError(f"pause_mode must be abort, retract or in_place, got {pause_mode!r}")
         self.servers = [_Server(str(url).rstrip("/")) for url in urls]
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.down_seconds = down_seconds
         self.control_retries = control_retries
-        self.pause_mode: PauseMode = pause_mode
         self.max_aborts = max_aborts
         self.vocab_size = vocab_size
         self.request_timeout = request_timeout
@@ -208,18 +201,8 @@ class SGLangEngine:
                   server.url, why)
 
     # -- generation ----------------------------------------------------------------------------
-    def _check(self, request: GenerateRequest) -> None:
-        if not request.input_ids:
-            raise EngineError("input_ids is empty: a prompt needs at least one token")
-        bad = [t for t in request.input_ids if not isinstance(t, int) or isinstance(t, bool) or t < 0
-               or (self.vocab_size is not None and t >= self.vocab_size)]
-        if bad:
-            limit = f"[0, {self.vocab_size})" if self.vocab_size is not None else "non-negative integers"
-            raise EngineError(f"token id {bad[0]!r} in input_ids is out of the vocabulary: expected {limit}")
-        request.sampling_params.validate()
-
     async def generate(self, request: GenerateRequest) -> GenerateOutput:
-        self._check(request)
+        validate_request(request, self.vocab_size)
         rid = request.rid or uuid.uuid4().hex
         call = uuid.uuid4().hex[:8]       # keeps wire rids unique even if a caller reuses `rid` concurrently
         params = request.sampling_params
@@ -359,8 +342,7 @@ class SGLangEngine:
                               f"({', '.join(s.url for s in targets)})")
         return done
 
-    async def pause(self, mode: PauseMode | None = None) -> None:
-        mode = mode or self.pause_mode
+    async def pause(self, mode: PauseMode = "retract") -> None:
         if mode not in ("abort", "retract", "in_place"):
             raise EngineError(f"pause mode must be abort, retract or in_place, got {mode!r}")
         await self._broadcast("/pause_generation", {"mode": mode})
@@ -441,177 +423,3 @@ def _error_message(response: httpx.Response) -> str:
         if "detail" in data:
             return str(data["detail"])
     return str(data)[:500]
-
-
-# -- launching servers ------------------------------------------------------------------------------
-def _kill_me_with_parent() -> None:
-    """In the forked child, before exec: ask Linux for SIGKILL when the parent dies (PR_SET_PDEATHSIG)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not glibc Linux: the server outlives a killed parent, as without this option
-
-
-class ServerProcess:
-    """A generation server in a child process (SGLang's launch_server, or `areal serve`), with readiness wait.
-
-    The child runs in its own process group (SGLang starts scheduler and detokenizer subprocesses), so
-    `stop()` ends all of it. Usable as a context manager: `with ServerProcess.areal(m, port) as server:`.
-    """
-
-    def __init__(self, command: list[str], url: str, env: Mapping[str, str] | None = None,
-                 log_path: str | os.PathLike[str] | None = None) -> None:
-        self.command = command
-        self.url = url
-        self.env = {**os.environ, **(env or {})}
-        self.log_path = str(log_path) if log_path else None
-        self.process: subprocess.Popen | None = None
-        self._group_ended = False
-
-    @classmethod
-    def sglang(cls, model_path: str | os.PathLike[str], port: int, host: str = "127.0.0.1",
-               extra_args: Sequence[str] = (), python: str | None = None, env: Mapping[str, str] | None = None,
-               log_path: str | os.PathLike[str] | None = None, weight_version: int | None = 0) -> "ServerProcess":
-        """`python -m sglang.launch_server --model-path M --host H --port P [--weight-version V] EXTRA...`.
-
-        python: the interpreter that has SGLang (default $AREAL_SGLANG_PYTHON, else this one);
-        weight_version: the version tag of the initial weights (None: SGLang's "default", read as 0)."""
-        python = python or os.environ.get("AREAL_SGLANG_PYTHON") or sys.executable
-        command = [python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", host,
-                   "--port", str(port)]
-        if weight_version is not None and "--weight-version" not in extra_args:
-            command += ["--weight-version", str(int(weight_version))]
-        return cls(command + list(extra_args), f"http://{host}:{port}", env, log_path)
-
-    @classmethod
-    def areal(cls, model_path: str | os.PathLike[str], port: int, host: str = "127.0.0.1",
-              extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-              log_path: str | os.PathLike[str] | None = None) -> "ServerProcess":
-        """`areal serve M --host H --port P EXTRA...` with this interpreter."""
-        command = [sys.executable, "-m", "areal_core.cli", "serve", str(model_path), "--host", host,
-                   "--port", str(port), *extra_args]
-        return cls(command, f"http://{host}:{port}", env, log_path)
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self, die_with_parent: bool = False) -> "ServerProcess":
-        """die_with_parent: the server gets SIGKILL when the process that started it dies, even by kill -9
-        (Linux; tied to the calling thread, so call it from a thread that lives as long as the server)."""
-        if self.alive:
-            return self
-        self._group_ended = False
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=_kill_me_with_parent if die_with_parent else None)
-        except OSError as exc:
-            raise EngineError(f"cannot start {self.command[0]!r} for {self.url}: {exc}") from None
-        finally:
-            if out is not subprocess.DEVNULL:
-                out.close()
-        return self
-
-    def wait_ready(self, timeout: float = 300.0) -> "ServerProcess":
-        """Block until GET /health answers 200; EngineError (with the log's tail) if the process exits or
-        the timeout passes."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise EngineError(f"server {self.url} exited with code {self.process.returncode} while starting"
-                                  + self._log_tail())
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise EngineError(f"server {self.url} did not become healthy within {timeout:.0f}s" + self._log_tail())
-
-    def _log_tail(self, lines: int = 15) -> str:
-        if not self.log_path or not Path(self.log_path).is_file():
-            return ""
-        tail = Path(self.log_path).read_text(errors="replace").splitlines()[-lines:]
-        return f"; last lines of {self.log_path}:\n" + "\n".join(tail)
-
-    def stop(self, sig: int = 15, timeout: float = 20.0) -> None:
-        """Send `sig` to the server's process group and wait; SIGKILL if it is still there after `timeout`."""
-        if self.process is None or self._group_ended:
-            return
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait(10)
-        try:  # children (SGLang's scheduler, detokenizer) may outlive the leader
-            os.killpg(self.process.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self._group_ended = True
-
-    def kill(self) -> None:
-        """SIGKILL the whole server at once, as a crash would."""
-        self.stop(9)
-
-    def __enter__(self) -> "ServerProcess":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-def sglang_servers(model_path: str | os.PathLike[str], count: int = 1, *, host: str = "127.0.0.1",
-                   base_port: int = 30000, gpus_per_server: int = 1, gpu_ids: Sequence[int] | None = None,
-                   extra_args: Sequence[str] = (), python: str | None = None, env: Mapping[str, str] | None = None,
-                   log_dir: str | os.PathLike[str] | None = None, weight_version: int | None = 0) -> list[ServerProcess]:
-    """The SGLang servers to run on one GPU machine (not started): server i listens on base_port + i and sees
-    GPUs gpu_ids[i*g:(i+1)*g] (g = gpus_per_server; gpu_ids defaults to 0..count*g-1) through
-    CUDA_VISIBLE_DEVICES (g = 0 leaves it alone, e.g. for a CPU server); with g > 1 pass `--tp-size g` in
-    extra_args. Logs go to log_dir/sglang-i.log."""
-    if count < 1 or gpus_per_server < 0:
-        raise EngineError(f"count must be >= 1 and gpus_per_server >= 0, got {count} and {gpus_per_server}")
-    gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(count * gpus_per_server))
-    if len(gpu_ids) < count * gpus_per_server:
-        raise EngineError(f"{count} servers x {gpus_per_server} GPUs need {count * gpus_per_server} GPU ids, "
-                          f"got {len(gpu_ids)}: {gpu_ids}")
-    servers = []
-    for i in range(count):
-        server_env = dict(env or {})
-        if gpus_per_server:
-            server_env["CUDA_VISIBLE_DEVICES"] = ",".join(
-                str(g) for g in gpu_ids[i * gpus_per_server:(i + 1) * gpus_per_server])
-        log_path = Path(log_dir) / f"sglang-{i}.log" if log_dir else None
-        if log_path:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-        servers.append(ServerProcess.sglang(model_path, base_port + i, host=host, extra_args=extra_args,
-                                            python=python, env=server_env, log_path=log_path,
-                                            weight_version=weight_version))
-    return servers
-
-
-def launch_sglang_servers(model_path: str | os.PathLike[str], count: int = 1, *, startup_timeout: float = 900.0,
-                          **options: Any) -> list[ServerProcess]:
-    """Start `sglang_servers(model_path, count, **options)` together and wait until all are healthy; if any
-    fails to start, stop them all and raise EngineError saying which and why (with its log's tail)."""
-    servers = sglang_servers(model_path, count, **options)
-    try:
-        for server in servers:
-            server.start()
-        deadline = time.monotonic() + startup_timeout
-        for server in servers:
-            server.wait_ready(max(1.0, deadline - time.monotonic()))
-    except BaseException:
-        for server in servers:
-            server.stop()
-        raise
-    return servers

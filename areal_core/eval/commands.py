@@ -36,9 +36,12 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 
 
 @click.command("eval")
-@click.option("--model", "model_text", required=True, metavar="DIR|sglang://HOST:PORT|replay:FILE.jsonl",
-              help="A local model directory (run in-process), a running SGLang server (or `areal serve`), or a "
-                   "JSONL file of responses made elsewhere (rows: the task's id field or `id`, and `response`).")
+@click.option("--model", "model_text", required=True, metavar="DIR|NAME:DIR|NAME://HOST:PORT|replay:FILE.jsonl",
+              help="A local model directory (run in-process); NAME:DIR, the directory served by engine backend NAME "
+                   "(e.g. server:DIR starts `areal serve`); NAME://HOST:PORT, a running server of backend NAME (e.g. "
+                   "sglang://HOST:PORT, SGLang or `areal serve`); or replay:FILE.jsonl, responses made elsewhere "
+                   "(rows: the task's id field or `id`, and `response`). Plugins add engine backends "
+                   "(`areal plugins`).")
 @click.option("--tasks", "tasks_text", required=True, help="Comma-separated task names, e.g. math500,gsm8k.")
 @click.option("--n", type=click.IntRange(1), help="Samples per problem (default: the task's eval.n).")
 @click.option("--k", "k_text", metavar="K1,K2,...", help="pass@k / maj@k to report (default: the task's k up to n, powers of two up to n, and n).")
@@ -47,7 +50,8 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 @click.option("--max-new-tokens", type=click.IntRange(1), help="Longest response (default: the task's).")
 @click.option("--limit", type=click.IntRange(1), help="Evaluate only the first N problems of each task.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed; each (problem, sample) draws from its own stream.")
-@click.option("--name", help="Name on the leaderboard (default: the directory name, host:port or file name).")
+@click.option("--name", help="Name on the leaderboard (default: <run>@step<N> for weights of a training run, else "
+                             "the directory name, host:port or file name).")
 @click.option("--db", envvar="AREAL_EVAL_DB", help=DB_HELP)
 @click.option("--output-dir", default="evals", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Per-sample details go to DIR/<model>/<task>.samples.jsonl, metrics to <task>.metrics.json.")
@@ -57,8 +61,8 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 @click.option("--reward-workers", default=2, show_default=True, type=click.IntRange(1), help="Reward worker processes.")
 @click.option("--reward-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds one sample's scoring may take; past it the sample gets a verifier error.")
-@click.option("--reward-backend", type=click.Choice(["local", "celery"]), default="local", show_default=True,
-              help="local: a process pool here; celery: `areal worker` processes via --broker.")
+@click.option("--reward-backend", default="local", show_default=True, metavar="NAME",
+              help="local: a process pool here; celery: `areal worker` processes via --broker; or a plugin's.")
 @click.option("--broker", envvar="AREAL_BROKER_URL", default="redis://localhost:6379/0", show_default=True,
               help="Celery broker URL (--reward-backend celery).")
 @click.option("--tokenizer", "tokenizer_path", type=click.Path(file_okay=False, exists=True),
@@ -88,18 +92,16 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from areal_core.cli import _parse_options
+    from areal_core.config import parse_options
     from areal_core.eval.runner import run_evals
     from areal_core.eval.sources import parse_model
     from areal_core.eval.store import ResultsStore
-    from areal_core.registry import task_registry
-    from areal_core.reward_service import RewardServiceConfig
-    from areal_core.tasks import Task
+    from areal_core.rewards import RewardServiceConfig
+    from areal_core.tasks import get_task
 
     obj = ctx.find_root().obj or {}
     ref = parse_model(model_text)
-    registry = task_registry(obj.get("tasks_dirs", ()))
-    tasks = [Task(registry.get(task), obj.get("data_dir")) for task in _task_list(tasks_text)]
+    tasks = [get_task(task, obj.get("data_dir"), obj.get("tasks_dirs", ())) for task in _task_list(tasks_text)]
     requested: dict[str, Any] = {"n": n, "k": _k_list(k_text), "temperature": temperature, "top_p": top_p,
                                  "max_new_tokens": max_new_tokens, "limit": limit, "seed": seed}
     service = RewardServiceConfig(backend=reward_backend, workers=reward_workers, timeout=reward_timeout,
@@ -117,7 +119,7 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
 
         results = asyncio.run(run_evals(
             ref, tasks, store, requested=requested, reward_service=service, output_dir=output_dir, name=name,
-            force=force, reward_options=_parse_options(reward_options), tokenizer_path=tokenizer_path,
+            force=force, reward_options=parse_options(reward_options), tokenizer_path=tokenizer_path,
             max_running_requests=concurrency, torch_threads=torch_threads, concurrency=concurrency,
             echo=click.echo, progress=progress))
         for result in results:

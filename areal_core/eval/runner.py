@@ -14,18 +14,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from areal_core.eval.metrics import aggregate
 from areal_core.eval.records import EvalSample, EvalSettings
-from areal_core.eval.sources import EngineSource, ModelRef, ReplaySource, ResponseSource, model_dir_hash, resolve_settings
+from areal_core.eval.sources import (
+    EngineSource,
+    ModelRef,
+    ReplaySource,
+    ResponseSource,
+    model_dir_hash,
+    resolve_settings,
+)
 from areal_core.eval.store import ResultsStore, RunRecord, dumps, utc_now
+from areal_core.files import atomic_write
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest
 
@@ -146,7 +152,7 @@ def build_manifest(*, model: str, model_ref: str, model_hash: str, task: Task, s
     """Everything needed to tell what an eval was and to reproduce it; `key` hashes the part that decides
     its samples and their scores: model, task, data, reward with its options and its plugin's version,
     settings (not the date, the name given to the model, other plugins or the code commit)."""
-    from areal_core.registry import reward_registry
+    from areal_core.rewards.registry import reward_registry
 
     reward = {"name": task.spec.reward.name, "options": {**task.spec.reward.options, **reward_options}}
     plugins = plugin_versions()
@@ -169,33 +175,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@+-]+", "_", text).strip("._") or "model"
 
 
-def _write_atomically(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_details(result: TaskResult, directory: Path, stem: str) -> Path:
     """`<stem>.samples.jsonl` (one row per sample: prompt id, sample index, response, extracted answer,
     score, verdict, error, reward details) and `<stem>.metrics.json` (metrics, settings, manifest)."""
     details = directory / f"{stem}.samples.jsonl"
-    _write_atomically(details, (json.dumps(s.to_dict(), ensure_ascii=False) + "\n" for s in result.samples))
+    atomic_write(details, (json.dumps(s.to_dict(), ensure_ascii=False) + "\n" for s in result.samples))
     summary = {"task": result.task, "run_id": result.run_id, "settings": result.settings.to_dict(),
                "metrics": result.metrics, "manifest": result.manifest, "details": details.name}
-    _write_atomically(directory / f"{stem}.metrics.json", [json.dumps(summary, indent=2, ensure_ascii=False) + "\n"])
+    atomic_write(directory / f"{stem}.metrics.json", [json.dumps(summary, indent=2, ensure_ascii=False) + "\n"])
     return details
 
 
 def _notify(model: str, result: TaskResult) -> None:
     from areal_core.plugins import get_plugin_manager
 
-    get_plugin_manager().notify("on_eval_result", model=model, task=result.task, metrics=result.metrics,
+    get_plugin_manager().hook.on_eval_result(model=model, task=result.task, metrics=result.metrics,
                                 details_path=str(result.details_path or ""))
 
 
@@ -216,19 +210,20 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
                     echo: Callable[[str], None] = print, progress: Progress | None = None) -> list[TaskResult]:
     """`areal eval`: evaluate one model on each task, reusing identical finished runs and resuming
     unfinished ones. requested: n, k, temperature, top_p, max_new_tokens, limit, seed (None: task default)."""
-    from areal_core.reward_service import RewardService
+    from areal_core.rewards import RewardService
 
     reward_options = dict(reward_options or {})
     name = name or ref.default_name
+    log_dir = output_dir / _slug(name)  # server logs of engines the eval starts
     source: ResponseSource | None = None
-    if ref.kind == "replay":
+    if ref.replay:
         source = ReplaySource(ref, [task.name for task in tasks])
-    elif ref.kind == "sglang":
-        source = await EngineSource.open(ref, store, tokenizer_path=tokenizer_path)
+    elif ref.url is not None:  # a running server: it says which model it holds
+        source = await EngineSource.open(ref, store, tokenizer_path=tokenizer_path, log_dir=log_dir)
     try:
-        # Plan every task first: bad settings fail before a model loads, and a local model is loaded only
+        # Plan every task first: bad settings fail before a model loads, and a model directory is loaded only
         # when some eval is not already in the store.
-        model_hash = source.model_hash if source is not None else model_dir_hash(ref.target, store)
+        model_hash = source.model_hash if source is not None else model_dir_hash(ref.model, store)
         plans = []
         for task in tasks:
             settings = source.settings(task, **requested) if source is not None else resolve_settings(task, **requested)
@@ -238,8 +233,8 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
             plans.append(_Plan(task, settings, problems, manifest, store.find_run(manifest["key"])))
         pending = [p for p in plans if force or p.existing is None or not p.existing.finished]
         if pending and source is None:
-            source = await EngineSource.open(ref, store, max_running_requests=max_running_requests,
-                                             torch_threads=torch_threads)
+            source = await EngineSource.open(ref, store, tokenizer_path=tokenizer_path, log_dir=log_dir,
+                                             max_running_requests=max_running_requests, torch_threads=torch_threads)
         results = []
         service = RewardService(reward_service)
         if pending:

@@ -1,64 +1,109 @@
 """Where an eval's responses come from: a model that generates them, or a file of responses made elsewhere.
 
-    --model DIR                  a local Hugging Face model directory, run by the in-process engine
-    --model sglang://HOST:PORT   a running SGLang server (or `areal serve`), through the engine protocol
+    --model DIR                  a local Hugging Face model directory, run by the in-process engine (`local`)
+    --model NAME:DIR             the model directory, served by engine backend NAME (e.g. `server:DIR` starts
+                                 an `areal serve` process; a plugin's backend works the same way)
+    --model NAME://HOST:PORT     a running server of backend NAME, e.g. sglang://HOST:PORT (SGLang, or `areal
+                                 serve`), through the engine protocol
     --model replay:FILE.jsonl    precomputed responses: rows {<the task's id field>, "response"}; several
                                  rows with one id are several samples of that problem, in file order
+
+Engine backends are found in the plugin registry (`register_engines`), the same ones `areal train` uses.
 
 Both kinds implement `ResponseSource`; the runner neither knows nor cares which one it drives.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from areal_core.errors import ConfigError, InputError
-from areal_core.score import read_response_rows
 from areal_core.eval.records import EvalSettings, sample_seed
 from areal_core.eval.store import ResultsStore, dumps
+from areal_core.rewards.score import read_response_rows
 from areal_core.tasks import FieldSpec, Task
+
+
+REPLAY = "replay"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9_.+-]*):(//)?(.*)$")
 
 
 @dataclass(frozen=True)
 class ModelRef:
-    """What `--model` names: kind, and the directory, server URL or file it points at."""
+    """What `--model` names, as `text` (its canonical form): responses replayed from a file (`backend` None,
+    `model` the file), or the engine backend that generates them, with `model` a model directory or `url` a
+    running server."""
 
-    kind: Literal["local", "sglang", "replay"]
-    target: str
+    text: str
+    backend: str | None
+    model: str | None = None
+    url: str | None = None
+
+    @property
+    def replay(self) -> bool:
+        return self.backend is None
 
     @property
     def default_name(self) -> str:
-        if self.kind == "sglang":
-            return urlsplit(self.target).netloc
-        return Path(self.target).stem if self.kind == "replay" else Path(self.target).name
+        if self.url is not None:
+            return urlsplit(self.url).netloc
+        path = Path(self.model or "")
+        return path.stem if self.replay else model_dir_name(path)
 
     def __str__(self) -> str:
-        return {"local": self.target, "sglang": f"sglang://{urlsplit(self.target).netloc}",
-                "replay": f"replay:{self.target}"}[self.kind]
+        return self.text
 
 
 def parse_model(text: str) -> ModelRef:
-    """`DIR`, `sglang://HOST:PORT` or `replay:FILE.jsonl`; anything else is an error saying which forms exist."""
-    if text.startswith("sglang://"):
-        parts = urlsplit(text)
-        if not parts.hostname or parts.port is None:
-            raise ConfigError(f"--model {text!r}: expected sglang://HOST:PORT, e.g. sglang://127.0.0.1:30000")
-        return ModelRef("sglang", f"http://{parts.hostname}:{parts.port}")
-    if text.startswith("replay:"):
-        path = Path(text[len("replay:"):]).expanduser()
+    """`DIR` (the local engine), `NAME:DIR` (engine backend NAME started on DIR), `NAME://HOST:PORT` (a running
+    server of backend NAME) or `replay:FILE.jsonl`, NAME being any registered engine backend; anything else is
+    an error saying which forms exist."""
+    from areal_core.engine.model import check_model_dir
+    from areal_core.plugins import backends
+
+    engines = backends("engine")
+    match = _SCHEME.match(text)
+    if match is None or Path(text).expanduser().is_dir():
+        model = str(check_model_dir(Path(text).expanduser()).resolve())
+        return ModelRef(model, "local", model)
+    scheme, url, rest = match.groups()
+    if scheme == REPLAY and not url:
+        path = Path(rest).expanduser()
         if not path.is_file():
             raise ConfigError(f"--model {text!r}: {path} is not a file; expected replay:FILE.jsonl")
-        return ModelRef("replay", str(path.resolve()))
-    if "://" in text:
-        raise ConfigError(f"--model {text!r}: unknown scheme; expected a model directory, sglang://HOST:PORT "
-                          "or replay:FILE.jsonl")
-    from areal_core.engine.model import check_model_dir
+        return ModelRef(f"{REPLAY}:{path.resolve()}", None, str(path.resolve()))
+    if scheme not in engines:
+        raise ConfigError(f"--model {text!r}: {scheme!r} is not an engine backend; expected a model directory, "
+                          f"NAME:DIR, NAME://HOST:PORT (NAME: {', '.join(engines.names())}) or replay:FILE.jsonl")
+    if not url:
+        model = str(check_model_dir(Path(rest).expanduser()).resolve())
+        return ModelRef(f"{scheme}:{model}", scheme, model)
+    parts = urlsplit(f"http://{rest}")
+    if not parts.hostname or parts.port is None or parts.path.strip("/"):
+        raise ConfigError(f"--model {text!r}: expected {scheme}://HOST:PORT, e.g. {scheme}://127.0.0.1:30000")
+    return ModelRef(f"{scheme}://{parts.hostname}:{parts.port}", scheme, url=f"http://{parts.hostname}:{parts.port}")
 
-    return ModelRef("local", str(check_model_dir(Path(text).expanduser()).resolve()))
+
+def model_dir_name(directory: Path) -> str:
+    """The name a model directory is listed under: `<run>@step<N>` for weights a training run published or kept
+    (`weights/vN`, `policies/stepN`, `checkpoints/stepN/trainer`: the policy after step N), `<run>@<path>` for
+    another directory inside a run, else the directory's own name."""
+    for run in list(directory.parents)[:3]:
+        if (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file():
+            inside = directory.relative_to(run).parts
+            patterns = {("weights",): r"v(\d+)", ("policies",): r"step(\d+)", ("checkpoints",): r"step(\d+)"}
+            pattern = patterns.get(inside[:1])
+            number = re.fullmatch(pattern, inside[1]) if pattern and len(inside) > 1 else None
+            if number is not None and inside[2:] in ((), ("trainer",)):
+                return f"{run.name}@step{int(number.group(1))}"
+            return f"{run.name}@{'/'.join(inside)}"
+    return directory.name
 
 
 def model_dir_hash(directory: str | Path, store: ResultsStore) -> str:
@@ -115,44 +160,39 @@ class EngineSource:
     """Responses generated through the engine protocol: seeded per (problem, sample), so a rerun, a
     resumed run and `areal train`'s held-out eval of the same weights draw the same tokens."""
 
-    def __init__(self, engine: Any, tokenizer: Any, ref: ModelRef | None = None, model_hash: str = "") -> None:
+    def __init__(self, engine: Any, tokenizer: Any, ref: ModelRef | None = None, model_hash: str = "",
+                 stack: contextlib.AsyncExitStack | None = None) -> None:
         self.engine, self.tokenizer, self.ref, self.model_hash = engine, tokenizer, ref, model_hash
+        self._stack = stack
         self._prompts: dict[tuple[str, str], list[int]] = {}
 
     @classmethod
     async def open(cls, ref: ModelRef, store: ResultsStore, *, tokenizer_path: str | None = None,
-                   max_running_requests: int = 64, torch_threads: int | None = None) -> "EngineSource":
+                   max_running_requests: int = 64, torch_threads: int | None = None,
+                   log_dir: Path | None = None) -> "EngineSource":
+        """Start (or connect to) the engines of `ref.backend`, found in the plugin registry. The model is told
+        apart by its content: a directory's files, or for a server the weights it says it runs."""
+        from areal_core.engine import EngineConfig, EngineTarget, start_engines
         from areal_core.engine.model import load_tokenizer
 
-        if ref.kind == "local":
-            from areal_core.engine.local import LocalEngine
-
-            model_hash = model_dir_hash(ref.target, store)
-            engine = LocalEngine(ref.target, max_running_requests=max_running_requests, torch_threads=torch_threads).start()
-            return cls(engine, engine.tokenizer, ref, model_hash)
-        from areal_core.engine.sglang_client import SGLangEngine
-
-        engine = SGLangEngine([ref.target])
+        config = EngineConfig(backend=ref.backend, max_running_requests=max_running_requests,
+                              torch_threads=torch_threads or 1)
+        target = EngineTarget(model=Path(ref.model) if ref.model else None, urls=(ref.url,) if ref.url else ())
+        stack = contextlib.AsyncExitStack()
         try:
+            engine = await stack.enter_async_context(start_engines(config, target, log_dir))
             info = await engine.model_info()
             served = info.get("tokenizer_path") or info.get("model_path")
-            tokenizer_dir = tokenizer_path or served
+            tokenizer_dir = tokenizer_path or ref.model or served
             if not tokenizer_dir or not Path(tokenizer_dir).is_dir():
                 raise ConfigError(f"--model {ref}: the server's model {served!r} is not a directory here; "
                                   "give its tokenizer with --tokenizer DIR")
             tokenizer = load_tokenizer(tokenizer_dir)
-            model_path = info.get("model_path")
-            if model_path and Path(model_path).is_dir() and not info.get("weight_version"):
-                # The server still runs the weights it was started with: hash them like a local directory,
-                # so the same model evaluated either way is recognised as the same model.
-                model_hash = model_dir_hash(model_path, store)
-            else:
-                model_hash = hashlib.sha256(dumps({"server_model": model_path, "weight_version":
-                                                   info.get("weight_version")}).encode()).hexdigest()
+            model_hash = model_dir_hash(ref.model, store) if ref.model else served_model_hash(info, store)
         except BaseException:
-            await engine.close()
+            await stack.aclose()
             raise
-        return cls(engine, tokenizer, ref, model_hash)
+        return cls(engine, tokenizer, ref, model_hash, stack)
 
     def settings(self, task: Task, **requested: Any) -> EvalSettings:
         return resolve_settings(task, **requested)
@@ -163,11 +203,10 @@ class EngineSource:
     async def respond(self, task: Task, sample: dict[str, Any], sample_index: int,
                       settings: EvalSettings) -> tuple[str, str | None]:
         from areal_core.engine.protocol import GenerateRequest, SamplingParams
-        from areal_core.rl.rollout import encode_prompt
 
         key = (task.name, sample["id"])
         if key not in self._prompts:
-            self._prompts[key] = encode_prompt(task, sample, self.tokenizer)
+            self._prompts[key] = task.prompt_token_ids(sample, self.tokenizer)
         params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                                 top_p=settings.top_p, seed=sample_seed(settings.seed, sample["id"], sample_index))
         output = await self.engine.generate(GenerateRequest(self._prompts[key], params,
@@ -175,7 +214,19 @@ class EngineSource:
         return self.tokenizer.decode(output.output_ids, skip_special_tokens=True), output.finish_reason
 
     async def close(self) -> None:
-        await self.engine.close()
+        if self._stack is not None:
+            await self._stack.aclose()
+
+
+def served_model_hash(info: dict[str, Any], store: ResultsStore) -> str:
+    """The identity of the model a server runs, from its /model_info: while it still runs the weights of the
+    directory it was started from, that directory's hash (so the same model evaluated in-process or served is
+    recognised as the same model), else a hash of its model path and weight version."""
+    model_path = info.get("model_path")
+    if model_path and Path(model_path).is_dir() and not int(info.get("weight_version") or 0):
+        return model_dir_hash(model_path, store)
+    return hashlib.sha256(dumps({"server_model": model_path, "weight_version": info.get("weight_version")}).encode()
+                          ).hexdigest()
 
 
 def id_column(task: Task) -> str:
@@ -193,7 +244,7 @@ class ReplaySource:
 
     def __init__(self, ref: ModelRef, tasks: list[str]) -> None:
         self.ref = ref
-        self.path = Path(ref.target)
+        self.path = Path(ref.model or "")
         self.model_hash = hashlib.sha256(self.path.read_bytes()).hexdigest()
         self.rows: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         for number, where, row in read_response_rows(self.path):

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
-import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from areal_core.errors import ArealError
+from areal_core.files import atomic_directory
 
 MANIFEST = "trainer_state.json"
 CHECKPOINT_FORMAT = "areal-trainer-checkpoint/1"
@@ -39,52 +35,6 @@ RNG_FILE = "rng.pt"
 
 class CheckpointError(ArealError):
     """A trainer checkpoint is missing, incomplete, corrupt, or does not fit the model."""
-
-
-def _fsync_path(path: Path) -> None:
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def atomic_directory(directory: str | Path, durable: bool = True) -> Iterator[Path]:
-    """Yield an empty temporary directory beside `directory`; when the block succeeds, rename it to
-    `directory` (replacing an existing one). With `durable`, every file and the directories are fsync'ed
-    first, so after a crash `directory` is either the old one or the complete new one.
-    The block failing removes the temporary directory and leaves `directory` untouched."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    # Left by a writer that was killed. An old copy is garbage only once `directory` exists: a kill between
-    # the two renames below leaves the old copy as the only complete one.
-    stale = [*directory.parent.glob(f".{directory.name}.tmp-*")]
-    if directory.exists():
-        stale += directory.parent.glob(f".{directory.name}.old-*")
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    try:
-        yield tmp
-        if durable:
-            for path in sorted(tmp.rglob("*"), reverse=True):  # files before the directories holding them
-                _fsync_path(path)
-            _fsync_path(tmp)
-        old = None
-        if directory.exists():
-            # os.replace cannot overwrite a non-empty directory: move the old one aside first.
-            old = directory.parent / f".{directory.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        if durable:
-            _fsync_path(directory.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_model_files(directory: Path, model_state: dict[str, torch.Tensor], model_config: Any, tokenizer: Any) -> None:

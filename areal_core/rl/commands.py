@@ -27,7 +27,8 @@ def train_command(args: tuple[str, ...], sync: bool, print_config: bool, resume:
     A YAML file gives the config; KEY=VALUE arguments override it (see --print-config for every key).
     """
     from areal_core.config import config_to_yaml, load_config
-    from areal_core.rl.loop import SYNC_OVERRIDES, TrainConfig, run_training
+    from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
+    from areal_core.rl.run import run_training
 
     path = None
     overrides = []

@@ -1,7 +1,7 @@
 """`FSDPTrainer`: the FSDP2 trainer backend, seen from the controller process.
 
 It starts `torchrun --nproc-per-node N -m areal_core.rl.fsdp_worker --spec SPEC` on its own machine and
-sends each request (train a batch, publish weights, save or load a checkpoint) to rank 0 over an
+sends each request (the phases of a step, publish weights, save or load a checkpoint) to rank 0 over an
 authenticated localhost socket; the ranks run it together (see fsdp_worker.py). A rank that dies, or a
 group that does not answer within `fsdp_timeout_s`, is reported as a TrainerError quoting the end of the
 workers' log, never as a hang: the controller waits in short polls and checks torchrun between them.
@@ -33,9 +33,11 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_core.files import atomic_directory
 from areal_core.rl.checkpoint import WEIGHTS_FILE, check_model_keys, verify_checkpoint
 from areal_core.rl.fsdp_worker import AUTHKEY_ENV, CONTROLLER_PID_ENV, START_ID_ENV
-from areal_core.rl.trainer import TrainerConfig, TrainerError
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import TrainerError
 from areal_core.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -127,11 +129,8 @@ def share_model(model_path: Path, scratch_dir: Path) -> Path:
     if inside:
         return scratch_dir / model_path.resolve().relative_to(scratch_dir.resolve())
     target = scratch_dir / SHARED_MODEL_DIR
-    tmp = scratch_dir / f"{SHARED_MODEL_DIR}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model_path, tmp, copy_function=_link_or_copy)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    with atomic_directory(target, durable=False) as tmp:
+        shutil.copytree(model_path, tmp, copy_function=_link_or_copy, dirs_exist_ok=True)
     return target
 
 
@@ -283,14 +282,19 @@ class FSDPTrainer:
         return self._process.pid
 
     # -- TrainerBackend -----------------------------------------------------------------------------------------
-    def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> int:
+        """Send the batch to the ranks, which plan and build their micro-batches; returns the batch's number."""
         if not trajectories:
-            raise ValueError("train_step needs at least one trajectory")
-        started = time.perf_counter()
-        reply = self._request("train", list(trajectories), temperature)
+            raise ValueError("a training step needs at least one trajectory")
+        return self._request("prepare", list(trajectories), temperature)
+
+    def recompute_proximal(self, batch: int) -> None:
+        self._request("proximal", batch)
+
+    def ppo_update(self, batch: int, advantages: Any) -> dict[str, float]:
+        reply = self._request("update", batch, [float(a) for a in advantages])
         self.version = reply["version"]
-        # The controller's view: the ranks' compute plus sending the batch and the reply.
-        return {**reply["metrics"], "train_seconds": time.perf_counter() - started}
+        return reply["metrics"]
 
     def publish(self, directory: str | Path) -> Path:
         """Rank 0 gathers the full weights and writes them atomically in LocalTrainer.publish's layout."""

@@ -11,7 +11,8 @@ spec (which the controller writes to its `scratch_dir`, on a filesystem every tr
 Every rank loads the model, shards it with FSDP2 (`fully_shard` per decoder layer, then the root) and
 builds the same `PPOLearner` as the local trainer. Rank 0 listens on a localhost socket (address written to
 the spec's `address_file`, authenticated with the key in $AREAL_FSDP_AUTHKEY) and takes requests from the
-controller: ("train", trajectories, temperature), ("publish", dir), ("save", dir), ("load", dir), ("close",).
+controller: the phases of a step, ("prepare", trajectories, temperature) -> batch number, ("proximal", number),
+("update", number, advantages) -> metrics, and ("publish", dir), ("save", dir), ("load", dir), ("close",).
 It broadcasts each request to the other ranks, all ranks run it, and rank 0 sends back ("ok", result) or
 ("error", traceback). An error is fatal to the whole group: the rank exits, torchrun stops the others, and
 the controller reports it.
@@ -43,14 +44,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from areal_core.rl.checkpoint import (
-    atomic_directory,
-    check_model_keys,
-    read_checkpoint,
-    write_checkpoint,
-    write_model_files,
-)
-from areal_core.rl.trainer import DataParallel, PPOLearner, TrainerConfig, TrainerError, rng_state
+from areal_core.files import atomic_directory, atomic_write
+from areal_core.rl.checkpoint import check_model_keys, read_checkpoint, write_checkpoint, write_model_files
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state
 
 # What FSDPTrainer puts in the environment of the torchrun it starts. Ranks started by hand on other nodes
 # lack them, which is how a rank knows whether it shares the controller's machine.
@@ -202,6 +199,8 @@ class Rank:
         self.requests = dist.new_group(backend="gloo", timeout=timedelta(seconds=spec.heartbeat_timeout_s))
         self.me = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
                    "spec_start_id": spec.start_id, "controller_start_id": started_by_controller}
+        self.batch: PreparedBatch | None = None  # the batch between its prepare and update requests
+        self.batches = 0
         self.members: list[dict[str, Any]] = [{}] * self.world
         dist.all_gather_object(self.members, self.me, group=self.control)
         self.problem = group_problem(self.members, spec, spec_path)
@@ -236,8 +235,22 @@ class Rank:
         return EXIT_BAD_GROUP
 
     # -- requests: every rank runs each one ----------------------------------------------------------------
-    def train(self, trajectories: list, temperature: float) -> dict[str, Any]:
-        metrics = self.learner.train_step(trajectories, temperature)
+    def prepare(self, trajectories: list, temperature: float) -> int:
+        self.batch = self.learner.prepare(trajectories, temperature)
+        self.batches += 1
+        return self.batches
+
+    def _prepared(self, number: int) -> PreparedBatch:
+        if self.batch is None or number != self.batches:
+            raise TrainerError(f"batch {number} is not the prepared batch (the last one prepared is {self.batches})")
+        return self.batch
+
+    def proximal(self, number: int) -> None:
+        self.learner.recompute_proximal(self._prepared(number))
+
+    def update(self, number: int, advantages: list[float]) -> dict[str, Any]:
+        metrics = self.learner.ppo_update(self._prepared(number), torch.tensor(advantages, dtype=torch.float32))
+        self.batch = None
         return {"metrics": metrics, "version": self.learner.version}
 
     def publish(self, directory: str) -> str:
@@ -330,7 +343,8 @@ class Rank:
                                     "version": self.learner.version,
                                     "parameters": sorted(self.learner.parameter_names()),
                                     "tied_embeddings": self.learner.tied_embeddings}))
-        handlers = {"train": self.train, "publish": self.publish, "save": self.save, "load": self.load}
+        handlers = {"prepare": self.prepare, "proximal": self.proximal, "update": self.update,
+                    "publish": self.publish, "save": self.save, "load": self.load}
         while True:
             try:
                 command, *args = self.next_request(connection)
@@ -368,9 +382,7 @@ def gloo_reason(exc: BaseException) -> str:
 
 
 def write_atomically(path: Path, content: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(content))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(content))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from areal_core.rl.checkpoint import CheckpointError, atomic_directory, verify_checkpoint
+from areal_core.files import atomic_directory, atomic_write
+from areal_core.rl.checkpoint import CheckpointError, verify_checkpoint
 
 RUN_STATE = "run.json"
 
@@ -87,7 +87,15 @@ def truncate_log(path: Path, last_step: int) -> list[dict[str, Any]]:
     if superseded:
         with open(path.with_name(path.name + ".superseded"), "a") as out:
             out.write("".join(line + "\n" for line in superseded))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    atomic_write(path, [json.dumps(r) + "\n" for r in kept])
     return kept
+
+
+def supersede_redone_evals(db: str, run_dir: Path, step: int, echo: Callable[[str], None]) -> None:
+    """A resumed run evaluates the steps after its checkpoint again: their old records leave the leaderboard."""
+    from areal_core.eval.store import ResultsStore
+
+    with ResultsStore(db) as store:
+        count = store.supersede_training_evals(str(run_dir), step)
+    if count:
+        echo(f"results store: {count} eval record(s) of steps after {step} marked superseded (they are redone)")

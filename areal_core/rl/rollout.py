@@ -1,5 +1,5 @@
 """The rollout controller: streams prompts to the generation engine, scores the responses on the reward
-service and fills the replay buffer the trainer consumes.
+service and fills the replay buffer (`ReplayBuffer`) the trainer takes its batches from.
 
     task samples ──► [staleness gate] ──► engine.generate ×n ──► reward service ──► replay buffer ──► trainer
                           ▲                      ▲                                                    │
@@ -16,33 +16,16 @@ import asyncio
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from areal_core.engine.protocol import GenerateOutput, GenerateRequest, InferenceEngine, SamplingParams
 from areal_core.rl.algorithms import may_submit
+from areal_core.rl.config import RolloutConfig
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutConfig:
-    # 64 prompts x 8 responses: per step, more distinct prompts with a correct sample (what GRPO learns
-    # from) than 32 x 16 for the same generation cost; on the CPU demo it learned faster per second.
-    batch_size: int = 64            # prompts per training step (B)
-    group_size: int = 8             # responses per prompt (n)
-    max_staleness: int = 1          # eta; 0 with weight_update=wait is the synchronous baseline
-    weight_update: str = "interrupt"  # interrupt: pause, load, continue; wait: let in-flight requests finish first
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 16
-    max_concurrent_prompts: int = 256
-    # Skip groups whose responses all got the same reward: their group-normalised advantages are zero,
-    # so they add no policy gradient, only trainer time (DAPO's dynamic-sampling observation).
-    skip_uniform_groups: bool = True
-    seed: int = 0
 
 
 @dataclass
@@ -64,15 +47,33 @@ class Group:
                    data["dropped"], data["submitted_at_version"])
 
 
-def encode_prompt(task: Task, sample: dict[str, Any], tokenizer: Any) -> list[int]:
-    """Render the task prompt and tokenize it (chat messages through the tokenizer's chat template)."""
-    prompt = task.render_prompt(sample)
-    if isinstance(prompt, str):
-        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict):  # transformers 5 may return a BatchEncoding
-        ids = ids["input_ids"]
-    return list(ids)
+class ReplayBuffer:
+    """Finished groups by prompt number, until the trainer takes them as a batch.
+
+    Batch k is prompts [kB, (k+1)B): consuming batches in admission order is what makes the staleness bound
+    strict (a prompt of batch k started at version >= k - eta), while later batches keep generating during
+    the wait for a straggler."""
+
+    def __init__(self, groups: dict[int, Group] | None = None) -> None:
+        self.groups: dict[int, Group] = dict(groups or {})
+        self._changed = asyncio.Condition()
+
+    async def put(self, number: int, group: Group) -> None:
+        async with self._changed:
+            self.groups[number] = group
+            self._changed.notify_all()
+
+    async def take(self, numbers: Sequence[int]) -> list[Group]:
+        """The groups of prompts `numbers`, removed from the buffer, once all of them have finished."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: all(n in self.groups for n in numbers))
+            return [self.groups.pop(n) for n in numbers]
+
+    def __contains__(self, number: object) -> bool:
+        return number in self.groups
+
+    def __len__(self) -> int:
+        return len(self.groups)
 
 
 class RolloutController:
@@ -88,11 +89,7 @@ class RolloutController:
         self.reward_options = {**task.spec.reward.options, **(reward_options or {})}
         self.version = 0
         self.submitted = start_prompt
-        # Finished groups by prompt number. Batch k is prompts [kB, (k+1)B): consuming batches in admission
-        # order is what makes the staleness bound strict (a prompt of batch k started at version >= k - eta),
-        # while later batches keep generating during the wait for a straggler.
-        self.finished: dict[int, Group] = {}
-        self._finished_changed = asyncio.Condition()
+        self.replay_buffer = ReplayBuffer()
         self.batches_taken = start_prompt // config.batch_size
         self.in_flight: set[asyncio.Task] = set()
         self.dropped = Counter()
@@ -113,8 +110,9 @@ class RolloutController:
         Taken between two awaits, so it is consistent."""
         first = self.batches_taken * self.config.batch_size
         return {"version": self.version, "submitted": self.submitted, "batches_taken": self.batches_taken,
-                "finished": {str(n): g.to_dict() for n, g in self.finished.items()},
-                "unfinished": sorted(set(range(first, self.submitted)) - set(self.finished) | set(self._redo)),
+                "finished": {str(n): g.to_dict() for n, g in self.replay_buffer.groups.items()},
+                "unfinished": sorted(set(range(first, self.submitted)) - set(self.replay_buffer.groups)
+                                     | set(self._redo)),
                 "dropped": dict(self.dropped)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -123,7 +121,7 @@ class RolloutController:
         self.version = state["version"]
         self.submitted = state["submitted"]
         self.batches_taken = state["batches_taken"]
-        self.finished = {int(n): Group.from_dict(g) for n, g in state["finished"].items()}
+        self.replay_buffer = ReplayBuffer({int(n): Group.from_dict(g) for n, g in state["finished"].items()})
         self._redo = list(state["unfinished"])
         self.dropped = Counter(state["dropped"])
 
@@ -214,13 +212,11 @@ class RolloutController:
                 sample_id = str(self.sample_for(number)["id"])
             except Exception:  # noqa: BLE001 - what failed may be this very lookup
                 sample_id = ""
-            async with self._finished_changed:
-                self.finished[number] = Group(f"p{number}", sample_id, [], self.config.group_size, version)
-                self._finished_changed.notify_all()
+            await self.replay_buffer.put(number, Group(f"p{number}", sample_id, [], self.config.group_size, version))
 
     async def _rollout_group(self, number: int, version: int) -> None:
         sample = self.sample_for(number)
-        prompt = encode_prompt(self.task, sample, self.tokenizer)
+        prompt = self.task.prompt_token_ids(sample, self.tokenizer)
         group_id = f"p{number}"
         outputs = await asyncio.gather(*(self._generate(prompt, number, i) for i in range(self.config.group_size)))
         responses = [self.tokenizer.decode(o.output_ids, skip_special_tokens=True) for o in outputs]
@@ -243,9 +239,7 @@ class RolloutController:
             trajectories.append(trajectory)
             if self.on_trajectory:
                 self.on_trajectory(trajectory)
-        async with self._finished_changed:
-            self.finished[number] = Group(group_id, str(sample["id"]), trajectories, dropped, version)
-            self._finished_changed.notify_all()
+        await self.replay_buffer.put(number, Group(group_id, str(sample["id"]), trajectories, dropped, version))
 
     async def _generate(self, prompt: list[int], number: int, index: int) -> GenerateOutput:
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
@@ -256,9 +250,7 @@ class RolloutController:
         """The next batch: the B groups of prompts [kB, (k+1)B) for the k-th batch, once all have finished."""
         size = self.config.batch_size
         numbers = range(self.batches_taken * size, (self.batches_taken + 1) * size)
-        async with self._finished_changed:
-            await self._finished_changed.wait_for(lambda: all(n in self.finished for n in numbers))
-            batch = [self.finished.pop(n) for n in numbers]
+        batch = await self.replay_buffer.take(numbers)
         self.batches_taken += 1
         return batch
 

@@ -1,9 +1,10 @@
 """The trainer: decoupled PPO over batches of trajectories, with dynamic micro-batching.
 
-Two backends implement `TrainerBackend`, so the training loop does not care which one runs:
-`LocalTrainer` (one torch process) and `FSDPTrainer` (areal_core/rl/fsdp.py: FSDP2 ranks under torchrun).
-Both run the same step, `PPOLearner.train_step`; the FSDP ranks each take a balanced share of every
-minibatch's micro-batches. `create_trainer` picks the backend named in the config.
+Two backends implement `TrainerBackend`, so the training run does not care which one runs: `LocalTrainer`
+(one torch process) and `FSDPTrainer` (areal_core/rl/fsdp.py: FSDP2 ranks under torchrun); both are registered
+as a default plugin (rl/backends.py), and `create_trainer` builds the one the config names. Both run the same
+phases of `PPOLearner` (prepare, recompute_proximal, ppo_update); the FSDP ranks each take a balanced share of
+every minibatch's micro-batches.
 """
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
-from areal_core.errors import ArealError, ConfigError
+from areal_core.errors import ArealError
+from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
-    AdvantageEstimator,
     PPOStats,
     balance_microbatches,
     decoupled_ppo_loss,
@@ -26,12 +27,12 @@ from areal_core.rl.algorithms import (
     padding_fraction,
 )
 from areal_core.rl.checkpoint import (
-    atomic_directory,
     check_model_keys,
     read_checkpoint,
     write_checkpoint,
     write_model_files,
 )
+from areal_core.rl.config import TrainerConfig
 from areal_core.types import Trajectory
 
 
@@ -39,62 +40,26 @@ class TrainerError(ArealError):
     """The trainer cannot run: its worker processes died, did not answer, or were misconfigured."""
 
 
-@dataclass
-class TrainerConfig:
-    """Optimisation and loss settings (the defaults suit the CPU demo)."""
-
-    backend: Literal["local", "fsdp"] = "local"
-    lr: float = 3e-4                    # the CPU demo collapses above ~3e-4
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    grad_clip: float = 1.0
-    advantage: AdvantageEstimator = "grpo"
-    decoupled: bool = True              # False: plain PPO, pi_prox = pi_behav
-    eps_clip: float = 0.2
-    eps_clip_high: float | None = None  # None: same as eps_clip
-    behav_cap: float | None = 5.0       # cap on pi_prox / pi_behav (None: off)
-    behav_cap_mode: Literal["mask", "cap"] = "mask"
-    aggregation: Literal["token", "sequence"] = "token"
-    kl_coef: float = 0.0                # KL(pi_theta || pi_ref) penalty (k3 estimator); 0: no reference model
-    entropy_coef: float = 0.0           # entropy bonus: loss -= entropy_coef x mean token entropy (against collapse)
-    ppo_minibatches: int = 2            # optimizer steps per batch (each on a random share of the batch; on
-                                        # the CPU demo 2 learned faster than 8, whose small minibatches are noisy)
-    microbatching: Literal["packed", "fixed"] = "packed"
-    # Responses to one prompt in one micro-batch are packed into one row behind a single copy of the prompt
-    # (a 4-D attention mask keeps them apart): the CPU demo's 12-token prompts were ~70% of the trained
-    # tokens. Needs an attention implementation that takes a 4-D mask (sdpa, eager); others ignore it.
-    share_prompts: bool = True
-    micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
-    micro_batch_size: int = 16          # fixed: sequences per micro-batch
-    dtype: str = "float32"
-    device: str = "cpu"                 # fsdp: "cuda" gives each rank its local GPU (NCCL); "cpu" uses gloo
-    fsdp_processes: int = 2             # fsdp: ranks torchrun starts on this machine (--nproc-per-node)
-    # fsdp: extra torchrun arguments; empty: --standalone. Across nodes, this machine is node 0 of a static
-    # rendezvous: [--nnodes, 2, --node-rank, 0, --master-addr, HOST, --master-port, 29500] (docs/deployment.md).
-    # Numbers may be given unquoted: they are turned into strings.
-    torchrun_args: list[str | int | float] = field(default_factory=list)
-    fsdp_threads_per_process: int = 1   # fsdp: torch / OpenMP threads of each rank
-    fsdp_timeout_s: float = 1800.0      # fsdp: longest wait for the ranks to start, or to finish one request
-
-    def __post_init__(self) -> None:
-        # YAML reads `--nnodes, 2` as a string and an int; torchrun wants words.
-        words = []
-        for i, word in enumerate(self.torchrun_args):
-            if isinstance(word, bool) or not isinstance(word, (str, int, float)):
-                raise ConfigError(f"trainer.torchrun_args[{i}]: expected a string or a number, got "
-                                  f"{type(word).__name__} {word!r}")
-            words.append(str(word))
-        self.torchrun_args = words
-
-
 class TrainerBackend(Protocol):
+    """A trainer: the decoupled PPO step in three phases, then weights published and checkpoints.
+
+    The phases of one step, in order (the training run's loop calls them; `train_step` below does too):
+    `prepare` the batch, `recompute_proximal` (pi_prox, under the weights before the update), then
+    `ppo_update` with the advantages the run computed from the rewards. `prepare` returns a handle that only
+    this trainer understands (the FSDP trainer's batch lives on its ranks)."""
+
     version: int    # policy version: the number of optimisation steps taken since the initial weights
     tokenizer: Any
+    config: TrainerConfig
 
-    def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
-        """One optimisation step on a batch; returns metrics."""
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> Any:
+        """Plan minibatches of packed micro-batches for a batch and build their tensors; returns a handle."""
+
+    def recompute_proximal(self, batch: Any) -> None:
+        """Compute pi_prox (and pi_ref) for the prepared batch with the current weights."""
+
+    def ppo_update(self, batch: Any, advantages: torch.Tensor) -> dict[str, float]:
+        """The optimizer steps of the decoupled PPO loss on the batch; the version goes up by one. Returns metrics."""
 
     def publish(self, directory: str | Path) -> Path:
         """Write the current weights (safetensors + config) where generation servers can load them."""
@@ -111,18 +76,26 @@ class TrainerBackend(Protocol):
 
 def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0,
                    scratch_dir: str | Path | None = None) -> TrainerBackend:
-    """The backend named by `config.backend`, loaded from the HF model directory `model_path`.
+    """The trainer backend named by `config.backend` (from the plugin registry), loaded from the HF model
+    directory `model_path`. `scratch_dir` (the run's `trainer/` directory): where a backend keeps files (the
+    FSDP trainer: what its ranks read and its workers' log; across nodes it must be on a shared filesystem)."""
+    from areal_core.plugins import backends
 
-    `scratch_dir` (the run's `trainer/` directory): where the FSDP trainer writes what its ranks read and
-    its workers' log; a trainer across nodes needs it on a filesystem all its nodes share. The local
-    trainer does not use it."""
-    if config.backend == "local":
-        return LocalTrainer(model_path, config, total_steps, version)
-    if config.backend == "fsdp":
-        from areal_core.rl.fsdp import FSDPTrainer
+    factory = backends("trainer").get(config.backend).factory
+    return factory(Path(model_path), config, total_steps=total_steps, version=version,
+                   scratch_dir=Path(scratch_dir) if scratch_dir is not None else None)
 
-        return FSDPTrainer(model_path, config, total_steps, version, scratch_dir=scratch_dir)
-    raise TrainerError(f"trainer.backend {config.backend!r} is not a trainer backend; expected 'local' or 'fsdp'")
+
+def train_step(trainer: TrainerBackend, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
+    """One whole step, the phases in order: prepare, pi_prox, advantages from the rewards, PPO update.
+    Adds `train_seconds` (the caller's view: every phase, and for the FSDP trainer the round trips)."""
+    started = time.perf_counter()
+    batch = trainer.prepare(trajectories, temperature)
+    trainer.recompute_proximal(batch)
+    advantages = group_advantages(torch.tensor([t.reward.score for t in trajectories]),
+                                  [t.group_id for t in trajectories], trainer.config.advantage)
+    metrics = trainer.ppo_update(batch, advantages)
+    return {**metrics, "train_seconds": time.perf_counter() - started}
 
 
 def has_dropout(model: torch.nn.Module) -> bool:
@@ -187,9 +160,23 @@ class _MicroBatch:
     attention: torch.Tensor     # [n, L]
     response: torch.Tensor      # [n, L-1]  1 where position j predicts a response token
     behav: torch.Tensor         # [n, L-1]
-    advantages: torch.Tensor    # [n]
     indices: list[int]
     shared: _SharedPrompts | None = None
+    advantages: torch.Tensor | None = None  # [n], set by the update (zero for the empty micro-batch)
+
+
+@dataclass
+class PreparedBatch:
+    """A batch ready for the PPO phases: its minibatch plan, this rank's micro-batches, and (once
+    recompute_proximal has run) pi_prox and pi_ref per micro-batch (None: taken from the first forward)."""
+    trajectories: list[Trajectory]
+    temperature: float
+    plan: list[list[list[int]]]           # minibatch -> micro-batch -> trajectory indices (all ranks)
+    mine: list[list[list[int]]]           # this rank's share of the plan
+    microbatches: list[list[_MicroBatch]]
+    lengths: list[int]
+    prox: list[list[torch.Tensor | None]] = field(default_factory=list)
+    ref: list[list[torch.Tensor | None]] = field(default_factory=list)
 
 
 def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
@@ -248,15 +235,15 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
                           torch.tensor(cols_of, dtype=torch.long, device=device))
 
 
-def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], advantages: torch.Tensor,
-                     pad_id: int, device: torch.device, shared_prompts: bool = False) -> _MicroBatch:
+def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad_id: int, device: torch.device,
+                     shared_prompts: bool = False) -> _MicroBatch:
     if not indices:
         # A data-parallel rank with fewer sequences than micro-batches still runs every forward and backward
         # pass (the FSDP collectives must line up): one row of two padding tokens, no response token, so its
         # loss and gradient are exactly zero.
         return _MicroBatch(torch.full((1, 2), pad_id, dtype=torch.long, device=device),
                            torch.ones((1, 2), dtype=torch.long, device=device), torch.zeros((1, 1), device=device),
-                           torch.zeros((1, 1), device=device), torch.zeros(1, device=device), [])
+                           torch.zeros((1, 1), device=device), [], advantages=torch.zeros(1, device=device))
     # Rows built as padded Python lists and turned into tensors once (per-row tensor writes cost more
     # than the forward pass for the tiny model).
     rows = [trajectories[i] for i in indices]
@@ -273,8 +260,7 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], adv
     attention = torch.tensor(attention_rows, dtype=torch.long)
     response = torch.tensor(response_rows, dtype=torch.float32)
     behav = torch.tensor(behav_rows, dtype=torch.float32)
-    return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device),
-                       advantages[indices].to(device), indices,
+    return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device), indices,
                        share_prompts(rows, width, pad_id, device) if shared_prompts else None)
 
 
@@ -418,42 +404,48 @@ class PPOLearner:
             loss = loss - config.entropy_coef * bonus
         return loss, stats, entropy.detach(), kl_value
 
-    def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
+    # -- the step, phase by phase (see TrainerBackend) -----------------------------------------------------
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> "PreparedBatch":
+        """Split the batch into minibatches of micro-batches (this rank's share) and build their tensors."""
         if not trajectories:
-            raise ValueError("train_step needs at least one trajectory")
-        started = time.perf_counter()
-        config, dp = self.config, self.dp
-        rewards = torch.tensor([t.reward.score for t in trajectories])
-        advantages = group_advantages(rewards, [t.group_id for t in trajectories], config.advantage)
-        plan = plan_minibatches(trajectories, config, self.version)
+            raise ValueError("a training step needs at least one trajectory")
+        plan = plan_minibatches(trajectories, self.config, self.version)
         lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
-        mine = rank_share(plan, lengths, dp.rank, dp.size)
-        batches = [[build_microbatch(trajectories, g, advantages, self.pad_id, self.device, self.share_prompts)
-                    for g in minibatch]
-                   for minibatch in mine]
-        total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
+        mine = rank_share(plan, lengths, self.dp.rank, self.dp.size)
+        microbatches = [[build_microbatch(trajectories, g, self.pad_id, self.device, self.share_prompts)
+                         for g in minibatch] for minibatch in mine]
+        return PreparedBatch(list(trajectories), temperature, plan, mine, microbatches, lengths)
 
-        # pi_prox: the trainer's current weights, before this step's update.
-        prox: list[list[torch.Tensor | None]] = []
-        ref: list[list[torch.Tensor | None]] = []
+    def recompute_proximal(self, batch: "PreparedBatch") -> None:
+        """pi_prox: log-probs of the batch under the current weights, before this step's update (and pi_ref's,
+        with a KL penalty). Plain PPO takes pi_behav instead."""
+        config = self.config
         with torch.no_grad():
             self.model.eval()
-            for m, minibatch in enumerate(batches):
+            for m, minibatch in enumerate(batch.microbatches):
                 if not config.decoupled:
-                    prox.append([mb.behav for mb in minibatch])
+                    batch.prox.append([mb.behav for mb in minibatch])
                 elif m == 0 and self.prox_from_first_forward:
-                    prox.append([None] * len(minibatch))
+                    batch.prox.append([None] * len(minibatch))
                 else:
-                    prox.append([microbatch_logprobs(self.model, mb, temperature)[0] for mb in minibatch])
-                ref.append([microbatch_logprobs(self.reference, mb, temperature)[0]
-                            if self.reference is not None else None for mb in minibatch])
+                    batch.prox.append([microbatch_logprobs(self.model, mb, batch.temperature)[0] for mb in minibatch])
+                batch.ref.append([microbatch_logprobs(self.reference, mb, batch.temperature)[0]
+                                  if self.reference is not None else None for mb in minibatch])
             self.model.train()
 
+    def ppo_update(self, batch: "PreparedBatch", advantages: torch.Tensor) -> dict[str, float]:
+        """One optimizer step per minibatch on the decoupled PPO loss, then the LR schedule; the policy version
+        goes up by one. `advantages` [N]: one per trajectory of the batch."""
+        config, dp, trajectories, plan = self.config, self.dp, batch.trajectories, batch.plan
+        if len(batch.prox) != len(plan):
+            raise ValueError("ppo_update needs the batch's pi_prox: call recompute_proximal first")
+        advantages = torch.as_tensor(advantages, dtype=torch.float32)
+        total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
         keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction", "entropy")
         sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
         grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
-        # One optimizer step per minibatch. pi_prox stays the policy at the start of the step, so later
-        # minibatches see ratios != 1 and the clipping applies.
+        # pi_prox stays the policy at the start of the step, so later minibatches see ratios != 1 and the
+        # clipping applies.
         n_mini = len(plan)
         for m, members in enumerate(plan):
             # Normalisers count the whole minibatch (all ranks' micro-batches), so each rank's losses are its
@@ -461,9 +453,11 @@ class PPOLearner:
             mini_tokens = max(1.0, float(sum(len(trajectories[i].output_token_ids) for mb in members for i in mb)))
             mini_sequences = sum(len(mb) for mb in members)
             self.optimizer.zero_grad(set_to_none=True)
-            for j, mb in enumerate(batches[m]):
-                loss, stats, entropy, kl = self._microbatch_loss(mb, prox[m][j], ref[m][j], temperature,
-                                                                 mini_tokens, mini_sequences)
+            for j, mb in enumerate(batch.microbatches[m]):
+                if mb.indices:  # (an empty micro-batch keeps its zero advantage)
+                    mb.advantages = advantages[mb.indices].to(self.device)
+                loss, stats, entropy, kl = self._microbatch_loss(mb, batch.prox[m][j], batch.ref[m][j],
+                                                                 batch.temperature, mini_tokens, mini_sequences)
                 # FSDP averages gradients over the ranks; each rank's loss is already its share of the sum,
                 # so scale by the rank count to make the reduced gradient the local trainer's sum.
                 (loss * dp.size).backward()
@@ -479,7 +473,7 @@ class PPOLearner:
         self.scheduler.step()
         self.version += 1
         sums = dict(zip(keys, dp.sum([sums[key] for key in keys])))
-        rank_min, rank_max = dp.min_max(float(sum(len(minibatch) for minibatch in mine)))
+        rank_min, rank_max = dp.min_max(float(sum(len(minibatch) for minibatch in batch.mine)))
         group_rewards: dict[str, list[float]] = {}
         for t in trajectories:
             group_rewards.setdefault(t.group_id, []).append(t.reward.score)
@@ -487,12 +481,13 @@ class PPOLearner:
         groups = [mb for minibatch in plan for mb in minibatch]
         return {
             **sums, "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr,
-            "reward_mean": float(rewards.mean()), "mixed_group_fraction": sum(mixed) / len(mixed),
+            "reward_mean": sum(t.reward.score for t in trajectories) / len(trajectories),
+            "mixed_group_fraction": sum(mixed) / len(mixed),
             "sequences": len(trajectories), "response_tokens": total_tokens,
-            "microbatches": len(groups), "minibatches": n_mini, "padding_fraction": padding_fraction(lengths, groups),
+            "microbatches": len(groups), "minibatches": n_mini,
+            "padding_fraction": padding_fraction(batch.lengths, groups),
             # forward/backward passes per data-parallel rank (equal on every rank, or the collectives would hang)
             "rank_microbatches_min": rank_min, "rank_microbatches_max": rank_max,
-            "train_seconds": time.perf_counter() - started,
         }
 
     # -- full (unsharded) states, for publishing and checkpoints -------------------------------------------
@@ -578,11 +573,14 @@ class LocalTrainer:
     def model(self) -> torch.nn.Module:
         return self.learner.model
 
-    def plan(self, trajectories: Sequence[Trajectory]) -> list[list[list[int]]]:
-        return plan_minibatches(trajectories, self.config, self.version)
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> PreparedBatch:
+        return self.learner.prepare(trajectories, temperature)
 
-    def train_step(self, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
-        return self.learner.train_step(trajectories, temperature)
+    def recompute_proximal(self, batch: PreparedBatch) -> None:
+        self.learner.recompute_proximal(batch)
+
+    def ppo_update(self, batch: PreparedBatch, advantages: torch.Tensor) -> dict[str, float]:
+        return self.learner.ppo_update(batch, advantages)
 
     def publish(self, directory: str | Path) -> Path:
         """Write the weights as safetensors (plus config and tokenizer) into `directory`, atomically

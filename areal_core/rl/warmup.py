@@ -8,26 +8,35 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from areal_core.rl.rollout import encode_prompt
+from areal_core.config import to_plain
+from areal_core.files import atomic_directory
+from areal_core.rl.config import WarmupConfig
 from areal_core.tasks import Task
 
 
-@dataclass
-class WarmupConfig:
-    enabled: bool = True
-    steps: int = 2000                 # at most this many steps
-    batch_size: int = 64
-    lr: float = 3e-3
-    lr_warmup_steps: int = 50
-    stop_at_accuracy: float | None = 0.2  # stop once this share of recent training batches is answered exactly
-    target_field: str = "reference"   # the sample field that is the ideal response
-    seed: int = 0
+def warmed_up(model_dir: Path, task: Task, config: WarmupConfig, device: str, echo: Callable[[str], None]) -> Path:
+    """The model after the warm-up of `config` on `task`: from the cache when it holds one for the same
+    model, task and settings, else trained now and put in the cache (whole, even with runs started together)."""
+    from areal_core.rl.model_cache import cache_dir, digest, file_digest
+
+    key = digest(file_digest(model_dir), to_plain(config), task.name, task.spec.to_dict())
+    warm_dir = cache_dir() / "warmup" / key
+    if (warm_dir / "model.safetensors").exists():
+        echo(f"warm-up: reusing {warm_dir}")
+        return warm_dir
+    started = time.perf_counter()
+    with atomic_directory(warm_dir, durable=False, keep_existing=True) as tmp:
+        supervised_warmup(model_dir, task, config, tmp, device)
+    done = json.loads((warm_dir / "warmup.json").read_text())
+    echo(f"warm-up: {done['steps']} supervised steps in {time.perf_counter() - started:.1f}s "
+         f"(training-batch exact match {done['final_batch_accuracy']:.0%}) -> {warm_dir}")
+    return warm_dir
 
 
 def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, output_dir: str | Path,
@@ -55,7 +64,7 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
         batch = [samples[rng.randrange(len(samples))] for _ in range(config.batch_size)]
         seqs, starts = [], []
         for sample in batch:
-            prompt = encode_prompt(task, sample, tokenizer)
+            prompt = task.prompt_token_ids(sample, tokenizer)
             target = tokenizer(str(sample[config.target_field]), add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(prompt + target)
             starts.append(len(prompt))

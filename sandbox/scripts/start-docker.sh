@@ -24,8 +24,13 @@ if ! command -v dockerd >/dev/null 2>&1; then
     fi
     echo "start-docker: installing docker.io with apt-get"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq docker.io >/dev/null
+    apt_log=$(mktemp)
+    if ! { apt-get update -qq && apt-get install -y -qq docker.io; } >"$apt_log" 2>&1; then
+        echo "start-docker: apt-get could not install docker.io:" >&2
+        tail -n 20 "$apt_log" >&2
+        exit 1
+    fi
+    rm -f "$apt_log"
 fi
 if ! command -v docker >/dev/null 2>&1; then
     echo "start-docker: the docker client is missing after installing docker.io" >&2

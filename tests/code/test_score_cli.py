@@ -57,7 +57,7 @@ def test_a_missing_image_is_reported_with_the_fix(areal, tmp_path, docker_engine
 @pytest.mark.parametrize("task, size", [("humaneval", 164), ("mbpp", 427), ("codeforces_stdio", 408),
                                         ("code_contests_sample", 20), ("leetcode_functional", 200)])
 def test_code_task_specs_load_their_data_and_name_the_code_reward(task, size, data_dir):
-    from areal_core.registry import task_registry
+    from areal_core.tasks import task_registry
     from areal_core.tasks import Task
 
     spec = task_registry().get(task)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from areal_core.engine.protocol import GenerateRequest
-from areal_core.engine.sglang_client import ServerProcess
+from areal_core.engine.launch import ServerProcess
 from engine_checks import reference_logprobs  # noqa: F401  (re-exported for the test modules)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,9 +118,9 @@ def sglang_server(tiny_model, tmp_path_factory):
         server.stop()
 
 
-async def pause_mid_generation(engine, prompts, params, running_count, attempts: int = 3):
-    """Submit one request per prompt, pause the engine once the servers report them all generating, and
-    return their tasks: every request is then paused mid-generation. `running_count()` (async) reads the
+async def pause_mid_generation(engine, prompts, params, running_count, mode: str = "retract", attempts: int = 3):
+    """Submit one request per prompt, pause the engine (with `mode`) once the servers report them all generating,
+    and return their tasks: every request is then paused mid-generation. `running_count()` (async) reads the
     servers' own count. On a loaded machine a request can finish before the pause lands (seen as its task
     done once the pause returned); the batch is then run out and submitted again."""
     for _ in range(attempts):
@@ -131,7 +131,7 @@ async def pause_mid_generation(engine, prompts, params, running_count, attempts:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # every request past its first token
         if not any(t.done() for t in tasks):
-            await engine.pause()
+            await engine.pause(mode)
             await asyncio.sleep(0.2)  # a response sent just before the pause reaches its task
             if not any(t.done() for t in tasks):
                 return tasks

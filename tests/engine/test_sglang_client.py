@@ -18,7 +18,8 @@ import torch
 
 from areal_core.engine.model import load_model
 from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
-from areal_core.engine.sglang_client import SGLangEngine, launch_sglang_servers, sglang_servers, versions_from_meta
+from areal_core.engine.launch import launch_sglang_servers, sglang_servers
+from areal_core.engine.sglang_client import SGLangEngine, versions_from_meta
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
@@ -82,9 +83,9 @@ def test_pause_update_continue_completes_every_request_with_new_versions_and_log
     n = 200
 
     async def run():
-        async with SGLangEngine(urls, pause_mode=mode) as engine:
+        async with SGLangEngine(urls) as engine:
             params = SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True, seed=5)
-            tasks = await pause_mid_generation(engine, prompts, params, lambda: total_running(urls))
+            tasks = await pause_mid_generation(engine, prompts, params, lambda: total_running(urls), mode)
             await engine.update_weights(new_path, new_version)
             info = await engine.model_info()
             await engine.resume()
@@ -177,10 +178,11 @@ def test_cancelled_generate_aborts_the_request_on_the_server(areal_pair):
 
 BAD_REQUESTS = [  # input_ids, max_new_tokens, the server's 400 message, the client's EngineError message
     pytest.param([], 4, "input_ids is empty", "input_ids is empty", id="empty-prompt"),
-    pytest.param([6, 100000], 4, "token id 100000 is out of the vocabulary (size ",
-                 "rejected the request: token id 100000 is out of the vocabulary (size ", id="id-above-vocab"),
-    pytest.param([6, -3], 4, "token id -3 is out of the vocabulary", "token id -3 in input_ids is out of the vocabulary",
-                 id="negative-id"),
+    pytest.param([6, 100000], 4, "token id 100000 in input_ids is out of the vocabulary: expected [0, ",
+                 "rejected the request: token id 100000 in input_ids is out of the vocabulary: expected [0, ",
+                 id="id-above-vocab"),
+    pytest.param([6, -3], 4, "token id -3 in input_ids is out of the vocabulary: expected [0, ",
+                 "token id -3 in input_ids is out of the vocabulary", id="negative-id"),
     pytest.param([6, 7], 0, "max_new_tokens must be > 0, got 0", "max_new_tokens must be > 0, got 0",
                  id="zero-max-new-tokens"),
     pytest.param([6, 7], -2, "max_new_tokens must be > 0, got -2", "max_new_tokens must be > 0, got -2",

@@ -87,12 +87,12 @@ def test_sglang_pause_update_weights_from_disk_continue_gives_per_token_versions
     n = 150
 
     async def run():
-        async with SGLangEngine([sglang_server.url], pause_mode=mode) as engine:
+        async with SGLangEngine([sglang_server.url]) as engine:
             old_path, old_version = await current_model(engine)
             new_path = str(tiny_model_v1) if old_path == str(tiny_model) else str(tiny_model)
             params = SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True, seed=7)
             tasks = await pause_mid_generation(engine, prompts, params,
-                                               lambda: asyncio.to_thread(running_requests, sglang_server.url))
+                                               lambda: asyncio.to_thread(running_requests, sglang_server.url), mode)
             await engine.update_weights(new_path, old_version + 1)
             after = await current_model(engine)
             await engine.resume()

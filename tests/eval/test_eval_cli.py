@@ -93,7 +93,8 @@ def test_an_identical_eval_is_recognised_and_reported_from_the_store(areal, eval
     (["--model", "replay:{partial}", "--n", "4"], "--n does not apply to replayed responses"),
     (["--model", "replay:{partial}", "--limit", "10", "--k", "2"], "--k 2: every k must be between 1 and n=1"),
     (["--model", "{tmp}"], "is not a Hugging Face model directory (no config.json)"),
-    (["--model", "http://host:1"], "unknown scheme; expected a model directory, sglang://HOST:PORT or replay:FILE.jsonl"),
+    (["--model", "http://host:1"], "'http' is not an engine backend; expected a model directory, NAME:DIR, "
+                                   "NAME://HOST:PORT (NAME: local, server, sglang) or replay:FILE.jsonl"),
     (["--model", "sglang://host"], "expected sglang://HOST:PORT"),
     (["--model", "replay:{partial}", "--tasks", "nosuchtask"], "no task named 'nosuchtask' is registered"),
 ])

@@ -12,8 +12,7 @@ from areal_core.eval.records import EvalSettings
 from areal_core.eval.runner import evaluate_task, record_eval
 from areal_core.eval.store import ResultsStore
 from areal_core.plugins import get_plugin_manager, reset_plugin_manager
-from areal_core.reward_service import RewardService, RewardServiceConfig
-from areal_core.rl.evaluate import evaluate_accuracy
+from areal_core.rewards import RewardService, RewardServiceConfig
 from areal_core.tasks import get_task
 
 
@@ -37,19 +36,15 @@ def test_a_training_eval_is_recorded_listed_and_recognised_by_areal_eval(tiny_mo
         async def run():
             async with LocalEngine(tiny_model, max_running_requests=16) as engine, \
                     RewardService(RewardServiceConfig(workers=1)) as rewards:
-                result = await evaluate_task(engine, task, engine.tokenizer, rewards, settings)
-                accuracy = await evaluate_accuracy(engine, task, engine.tokenizer, rewards, temperature=1.0,
-                                                   max_new_tokens=8, samples_per_prompt=2, limit=30, seed=5)
-                return result, accuracy
+                return await evaluate_task(engine, task, engine.tokenizer, rewards, settings)
 
-        result, accuracy = asyncio.run(run())
+        result = asyncio.run(run())
         db = tmp_path / "evals.sqlite"
         run_id = record_eval(db, "demo-run@step40", task, result, model_path=tiny_model, step=40, run_dir=tmp_path / "run")
     finally:
         reset_plugin_manager()
 
-    assert accuracy == {"accuracy": result.metrics["accuracy"], "mean_reward": result.metrics["mean_score"],
-                        "errors": result.metrics["errors"], "total": 60}
+    assert result.metrics["samples"] == 60
     details = tmp_path / "run" / "evals" / "arithmetic-test-sampled-step40.samples.jsonl"
     assert [json.loads(line)["response"] for line in details.read_text().splitlines()] == [s.response for s in result.samples]
     assert listener.seen == [{"model": "demo-run@step40", "task": "arithmetic-test", "metrics": result.metrics,

@@ -106,7 +106,8 @@ def test_family_options_are_known_only_to_their_family():
 
 
 def test_the_four_rewards_and_generators_are_registered_by_the_logic_plugin(logic_only):
-    from areal_core.registry import generator_registry, reward_registry
+    from areal_core.rewards import reward_registry
+    from areal_core.tasks import generator_registry
 
     rewards = reward_registry()
     for name, fields in [("knights_knaves", ("names", "solution")), ("countdown", ("numbers", "target")),
@@ -117,7 +118,7 @@ def test_the_four_rewards_and_generators_are_registered_by_the_logic_plugin(logi
 
 
 def test_a_bad_option_reaches_the_caller_as_a_verifier_error_not_a_wrong_answer(logic_only):
-    from areal_core.registry import reward_registry
+    from areal_core.rewards import reward_registry
     from areal_core.rewards import call_reward
 
     result = call_reward(reward_registry().get("knights_knaves"), KK, RIGHT, {"format_scor": 0.1})

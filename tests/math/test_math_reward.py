@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from areal_core.errors import ConfigError, InputError
-from areal_core.registry import reward_registry
+from areal_core.rewards import reward_registry
 from areal_core.rewards import call_reward
 from areal_math import MathVerifier, check_options, math_reward, verify
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_core.registry import task_registry
+from areal_core.tasks import task_registry
 from areal_core.tasks import Task
 from areal_math import verify
 

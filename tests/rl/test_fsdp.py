@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from areal_core.engine.model import init_model
 from areal_core.rl.fsdp import FSDPTrainer
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig, TrainerError, create_trainer, rank_share
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, TrainerError, create_trainer, rank_share, train_step
 from support import process_is_running
 from trainer_support import COMPARED, SETTINGS, TEST_MODEL, TOTAL_STEPS, load_weights, make_batch
 
@@ -62,9 +63,9 @@ def runs(model_dir, batches, tmp_path_factory):
     trainers["fsdp"] = create_trainer(model_dir, config("fsdp"), TOTAL_STEPS)
     try:
         for name, trainer in trainers.items():
-            metrics = [trainer.train_step(batch, 1.0) for batch in batches[:2]]
+            metrics = [train_step(trainer, batch, 1.0) for batch in batches[:2]]
             trainer.save_checkpoint(out / f"{name}-checkpoint")
-            metrics.append(trainer.train_step(batches[2], 1.0))
+            metrics.append(train_step(trainer, batches[2], 1.0))
             trainer.publish(out / f"{name}-weights")
             results[name] = {"metrics": metrics, "version": trainer.version,
                              "checkpoint": out / f"{name}-checkpoint", "weights": out / f"{name}-weights"}
@@ -131,20 +132,20 @@ def test_fsdp_resumes_from_a_checkpoint_of_either_backend(runs, model_dir, batch
     resumes from the FSDP checkpoint."""
     with create_trainer(model_dir, config("fsdp"), TOTAL_STEPS) as resumed:
         assert resumed.load_checkpoint(runs["fsdp"]["checkpoint"]) == 2
-        assert_same_metrics(resumed.train_step(batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-6)
+        assert_same_metrics(train_step(resumed, batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-6)
         assert resumed.version == 3
         weights = load_weights(resumed.publish(runs["fsdp"]["weights"].parent / "fsdp-resumed"))
         for name, expected in load_weights(runs["fsdp"]["weights"]).items():
             torch.testing.assert_close(weights[name], expected, rtol=1e-6, atol=1e-7, msg=name)
 
         assert resumed.load_checkpoint(runs["local"]["checkpoint"]) == 2
-        assert_same_metrics(resumed.train_step(batches[2], 1.0), runs["local"]["metrics"][2], rel=1e-4)
+        assert_same_metrics(train_step(resumed, batches[2], 1.0), runs["local"]["metrics"][2], rel=1e-4)
     # leaving the block closed it: torchrun and the ranks are gone
     assert not any(process_is_running(pid) for pid in [resumed.torchrun_pid, *resumed.worker_pids])
 
     local = LocalTrainer(model_dir, config("local"), TOTAL_STEPS)
     assert local.load_checkpoint(runs["fsdp"]["checkpoint"]) == 2
-    assert_same_metrics(local.train_step(batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-4)
+    assert_same_metrics(train_step(local, batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-4)
 
 
 def test_a_killed_rank_is_a_clear_error_not_a_hang(model_dir, batches, tmp_path):
@@ -153,8 +154,8 @@ def test_a_killed_rank_is_a_clear_error_not_a_hang(model_dir, batches, tmp_path)
         assert len(trainer.worker_pids) == 2
         os.kill(trainer.worker_pids[1], signal.SIGKILL)
         started = time.monotonic()
-        with pytest.raises(TrainerError, match="FSDP trainer failed while running 'train'") as failure:
-            trainer.train_step(batches[0], 1.0)
+        with pytest.raises(TrainerError, match="FSDP trainer failed while running 'prepare'") as failure:
+            train_step(trainer, batches[0], 1.0)
         assert time.monotonic() - started < 30
         first_line = str(failure.value).splitlines()[0]
         assert "rank 1 died first (exit code -9, SIGKILL)" in first_line, first_line
@@ -170,7 +171,7 @@ def test_a_killed_rank_is_a_clear_error_not_a_hang(model_dir, batches, tmp_path)
 CONTROLLER = textwrap.dedent("""
     import json, sys, time
     from areal_core.rl.fsdp import FSDPTrainer
-    from areal_core.rl.trainer import TrainerConfig
+    from areal_core.rl.config import TrainerConfig
     trainer = FSDPTrainer(sys.argv[1], TrainerConfig(backend="fsdp"), total_steps=1, scratch_dir=sys.argv[2])
     print(json.dumps({"torchrun": trainer.torchrun_pid, "ranks": trainer.worker_pids}), flush=True)
     time.sleep(600)
@@ -194,6 +195,13 @@ def test_ranks_exit_when_the_controller_process_dies(model_dir, tmp_path):
         controller.wait()
 
 
-def test_create_trainer_rejects_an_unknown_backend(model_dir):
-    with pytest.raises(TrainerError, match="'deepspeed' is not a trainer backend"):
-        create_trainer(model_dir, TrainerConfig(backend="deepspeed"), 1)  # type: ignore[arg-type]
+def test_an_unknown_trainer_backend_is_an_error_listing_the_registered_ones(model_dir):
+    from areal_core.config import load_config
+    from areal_core.errors import ConfigError, UnknownNameError
+    from areal_core.rl.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"trainer: backend 'deepspeed' is not a registered trainer backend "
+                                          r"\(registered: fsdp, local; plugins add more"):
+        load_config(TrainConfig, None, ["trainer.backend=deepspeed"])
+    with pytest.raises(UnknownNameError, match="no trainer backend named 'deepspeed' is registered"):
+        create_trainer(model_dir, TrainerConfig(backend="deepspeed"), 1)

@@ -26,7 +26,8 @@ import torch
 from areal_core.engine.model import init_model
 from areal_core.rl.checkpoint import verify_checkpoint
 from areal_core.rl.fsdp import FSDPTrainer
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig, TrainerError
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, TrainerError, train_step
 from support import process_is_running
 from trainer_support import COMPARED, SETTINGS, TEST_MODEL, TOTAL_STEPS, load_weights, make_batch
 
@@ -104,7 +105,7 @@ def test_two_nodes_train_like_the_local_trainer_and_stop_together(model_dir, bat
         spec = json.loads(trainer.spec_path.read_text())
         assert Path(spec["model_path"]) == scratch / "initial-model"
         assert (scratch / "initial-model" / "config.json").is_file()
-        metrics = [trainer.train_step(batch, 1.0) for batch in batches]
+        metrics = [train_step(trainer, batch, 1.0) for batch in batches]
         checkpoint = trainer.save_checkpoint(tmp_path / "checkpoint")
         assert trainer.load_checkpoint(checkpoint) == 2  # rank 0 reads it and hands the other node its share
         weights = trainer.publish(tmp_path / "weights")
@@ -120,7 +121,7 @@ def test_two_nodes_train_like_the_local_trainer_and_stop_together(model_dir, bat
     assert not (scratch / "spec.json").exists() and not (scratch / "initial-model").exists()
 
     local = LocalTrainer(model_dir, TrainerConfig(backend="local", **SETTINGS), TOTAL_STEPS)
-    expected = [local.train_step(batch, 1.0) for batch in batches]
+    expected = [train_step(local, batch, 1.0) for batch in batches]
     for got, want in zip(metrics, expected):
         for key in COMPARED:
             assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
@@ -159,8 +160,8 @@ def test_a_lost_node_ends_the_other_side_with_a_clear_message(model_dir, batches
         for pid in node0:
             os.kill(pid, signal.SIGCONT)
         started = time.monotonic()
-        with pytest.raises(TrainerError, match="FSDP trainer failed while running 'train'") as failure:
-            trainer.train_step(batches[0], 1.0)
+        with pytest.raises(TrainerError, match="FSDP trainer failed while running 'prepare'") as failure:
+            train_step(trainer, batches[0], 1.0)
         assert time.monotonic() - started < 30
         first_line = str(failure.value).splitlines()[0]
         assert "the trainer group lost a rank" in first_line, first_line
@@ -206,7 +207,7 @@ def test_a_trainer_across_nodes_needs_a_shared_scratch_dir_and_node_rank_0(model
 def test_torchrun_args_take_unquoted_numbers_and_reject_other_values():
     from areal_core.config import load_config
     from areal_core.errors import ConfigError
-    from areal_core.rl.loop import TrainConfig
+    from areal_core.rl.config import TrainConfig
 
     config = load_config(TrainConfig, None, ["trainer.torchrun_args=[--nnodes, 2, --monitor-interval, 0.5]"])
     assert config.trainer.torchrun_args == ["--nnodes", "2", "--monitor-interval", "0.5"]

@@ -5,7 +5,7 @@ import pytest
 
 from areal_core.engine.local import LocalEngine
 from areal_core.engine.model import init_model
-from areal_core.reward_service import RewardService, RewardServiceConfig
+from areal_core.rewards import RewardService, RewardServiceConfig
 from areal_core.rl.rollout import RolloutConfig, RolloutController, staleness_histogram
 from areal_core.tasks import get_task
 

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from areal_core.config import load_config
-from areal_core.rl.loop import SYNC_OVERRIDES, TrainConfig, run_training
+from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
+from areal_core.rl.run import run_training
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import torch
 
 from areal_core.engine.model import init_model
 from areal_core.rl.checkpoint import MANIFEST, CheckpointError, verify_checkpoint
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, train_step
 from trainer_support import TEST_MODEL, load_weights, make_batch
 
 # warm-up then cosine decay: the LR differs at every step, so a lost scheduler state shows
@@ -44,11 +45,11 @@ def checkpoint(model_dir, batches, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     trainer = LocalTrainer(model_dir, CONFIG, TOTAL_STEPS)
     for batch in batches[:2]:
-        trainer.train_step(batch, 1.0)
+        train_step(trainer, batch, 1.0)
     torch.manual_seed(1234)
     trainer.save_checkpoint(out / "checkpoint")
     random_after_save = torch.rand(4)
-    metrics = trainer.train_step(batches[2], 1.0)
+    metrics = train_step(trainer, batches[2], 1.0)
     trainer.publish(out / "weights")
     return {"path": out / "checkpoint", "metrics": metrics, "weights": out / "weights", "random": random_after_save}
 
@@ -58,7 +59,7 @@ def test_resumed_trainer_repeats_the_uninterrupted_step_exactly(checkpoint, mode
     torch.manual_seed(999)
     assert resumed.load_checkpoint(checkpoint["path"]) == 2 == resumed.version
     assert torch.equal(torch.rand(4), checkpoint["random"])  # RNG state restored
-    metrics = resumed.train_step(batches[2], 1.0)
+    metrics = train_step(resumed, batches[2], 1.0)
     assert same_metrics(metrics, checkpoint["metrics"]), (metrics, checkpoint["metrics"])
     assert resumed.version == 3
     weights, expected = load_weights(resumed.publish(tmp_path / "weights")), load_weights(checkpoint["weights"])
@@ -83,9 +84,9 @@ def test_saving_before_the_first_step_does_not_change_training(model_dir, batche
     plain = LocalTrainer(model_dir, CONFIG, TOTAL_STEPS)
     resumed = LocalTrainer(model_dir, CONFIG, TOTAL_STEPS)
     assert resumed.load_checkpoint(tmp_path / "v0") == 0
-    expected = plain.train_step(batches[0], 1.0)
-    assert same_metrics(saved.train_step(batches[0], 1.0), expected)
-    assert same_metrics(resumed.train_step(batches[0], 1.0), expected)
+    expected = train_step(plain, batches[0], 1.0)
+    assert same_metrics(train_step(saved, batches[0], 1.0), expected)
+    assert same_metrics(train_step(resumed, batches[0], 1.0), expected)
 
 
 def corrupt_copy(checkpoint, tmp_path, name):
@@ -133,7 +134,8 @@ def test_checkpoint_of_a_different_model_is_refused(checkpoint, tmp_path):
 
 WRITER = textwrap.dedent("""
     import itertools, sys
-    from areal_core.rl.trainer import LocalTrainer, TrainerConfig
+    from areal_core.rl.config import TrainerConfig
+    from areal_core.rl.trainer import LocalTrainer
     trainer = LocalTrainer(sys.argv[1], TrainerConfig(), total_steps=1)
     for version in itertools.count(1):
         trainer.version = version

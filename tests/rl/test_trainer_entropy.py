@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from areal_core.engine.model import init_model, load_model
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig, sequence_logprobs
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, sequence_logprobs, train_step
 from trainer_support import TEST_MODEL, load_weights, make_batch
 
 
@@ -40,7 +41,7 @@ def response_entropy(model_dir, batch) -> float:
 def test_entropy_bonus_raises_the_entropy_of_the_responses(model_dir, uniform_batch, tmp_path, aggregation):
     trainer = LocalTrainer(model_dir, TrainerConfig(entropy_coef=0.1, lr=1e-3, aggregation=aggregation, ppo_minibatches=1), 10)
     before = response_entropy(model_dir, uniform_batch)
-    metrics = trainer.train_step(uniform_batch, 1.0)
+    metrics = train_step(trainer, uniform_batch, 1.0)
     trainer.publish(tmp_path / "after")
     after = response_entropy(tmp_path / "after", uniform_batch)
     assert metrics["entropy"] == pytest.approx(before, rel=1e-4)  # one minibatch: logged before the update
@@ -50,7 +51,7 @@ def test_entropy_bonus_raises_the_entropy_of_the_responses(model_dir, uniform_ba
 
 def test_without_the_bonus_zero_advantages_leave_the_weights_alone(model_dir, uniform_batch, tmp_path):
     trainer = LocalTrainer(model_dir, TrainerConfig(entropy_coef=0.0, lr=1e-3), 10)
-    trainer.train_step(uniform_batch, 1.0)
+    train_step(trainer, uniform_batch, 1.0)
     trainer.publish(tmp_path / "after")
     before, after = load_weights(model_dir), load_weights(tmp_path / "after")
     assert all(torch.equal(before[name], after[name]) for name in before)

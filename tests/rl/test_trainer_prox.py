@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from areal_core.engine.model import init_model
-from areal_core.rl.trainer import LocalTrainer, TrainerConfig
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, train_step
 from trainer_support import TEST_MODEL, make_batch
 
 
@@ -26,7 +27,7 @@ def test_prox_from_the_first_forward_gives_the_step_of_a_separate_prox_pass(mode
     assert shortcut.learner.prox_from_first_forward
     separate.learner.prox_from_first_forward = False
     for _ in range(2):  # the second step starts from updated weights and AdamW state
-        fast, slow = shortcut.train_step(batch, 1.0), separate.train_step(batch, 1.0)
+        fast, slow = train_step(shortcut, batch, 1.0), train_step(separate, batch, 1.0)
         for key in ("loss", "clip_fraction", "behav_weight_mean", "approx_kl", "entropy", "grad_norm"):
             assert fast[key] == pytest.approx(slow[key], rel=1e-5, abs=1e-7), key
     assert fast["microbatches"] > minibatches  # several micro-batches share the first minibatch's prox

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from areal_core.engine.model import init_model, load_model
+from areal_core.rl.config import TrainerConfig
 from areal_core.rl.trainer import (
     LocalTrainer,
-    TrainerConfig,
     build_microbatch,
     microbatch_logprobs,
     sequence_logprobs,
+    train_step,
 )
 from areal_core.types import RewardResult, Trajectory
 from trainer_support import TEST_MODEL, load_weights, make_batch
@@ -49,8 +50,8 @@ def test_packed_rows_give_each_sequence_the_logprobs_and_entropy_of_its_own_row(
     model = load_model(model_dir).eval()
     model.config._attn_implementation = attention
     indices = list(range(len(batch)))
-    plain = build_microbatch(batch, indices, torch.zeros(len(batch)), 0, torch.device("cpu"))
-    packed = build_microbatch(batch, indices, torch.zeros(len(batch)), 0, torch.device("cpu"), shared_prompts=True)
+    plain = build_microbatch(batch, indices, 0, torch.device("cpu"))
+    packed = build_microbatch(batch, indices, 0, torch.device("cpu"), shared_prompts=True)
     assert plain.shared is None and packed.shared is not None
     assert packed.shared.rows[:, 0].tolist() == [0] * 5 + [1] * 2 + [2] * 4 + [3, 4, 5] + [6]
     assert packed.shared.tokens.shape[1] == 12 + 5 * 5
@@ -65,7 +66,7 @@ def test_packed_rows_give_each_sequence_the_logprobs_and_entropy_of_its_own_row(
 
 def test_nothing_to_share_leaves_the_micro_batch_unpacked():
     batch = trajectories([(4, [25, 30]), (6, [3])])
-    mb = build_microbatch(batch, [0, 1, 2], torch.zeros(3), 0, torch.device("cpu"), shared_prompts=True)
+    mb = build_microbatch(batch, [0, 1, 2], 0, torch.device("cpu"), shared_prompts=True)
     assert mb.shared is None
 
 
@@ -75,14 +76,14 @@ def test_a_step_with_shared_prompts_equals_one_without(model_dir, kl_coef):
     # make_batch's answers are long for its prompts: shorten them so that prompts are shared
     batch = [dataclasses.replace(t, output_token_ids=t.output_token_ids[:3], output_logprobs=t.output_logprobs[:3],
                                  output_versions=t.output_versions[:3]) for t in batch]
-    assert build_microbatch(batch, list(range(len(batch))), torch.zeros(len(batch)), 0, torch.device("cpu"),
+    assert build_microbatch(batch, list(range(len(batch))), 0, torch.device("cpu"),
                             shared_prompts=True).shared is not None
     config = TrainerConfig(lr=1e-3, ppo_minibatches=2, micro_batch_tokens=256, kl_coef=kl_coef)
     shared, plain = LocalTrainer(model_dir, config, 10), LocalTrainer(model_dir, config, 10)
     assert shared.learner.share_prompts
     plain.learner.share_prompts = False
     for _ in range(2):
-        fast, slow = shared.train_step(batch, 1.0), plain.train_step(batch, 1.0)
+        fast, slow = train_step(shared, batch, 1.0), train_step(plain, batch, 1.0)
         for key in ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "entropy", "grad_norm"):
             assert fast[key] == pytest.approx(slow[key], rel=1e-4, abs=1e-6), key
     # Float sums in another order: AdamW turns the ~1e-9 differences of near-zero gradient entries into

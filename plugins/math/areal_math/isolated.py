@@ -2,8 +2,8 @@
 
 A signal alarm cannot interrupt SymPy inside a thread (and not at all inside C code), so `verify`
 alone cannot promise to return in time. `MathVerifier` sends each verification to worker processes of
-areal-core's reward pool, which kills a worker (and its process group) when a call passes its deadline
-and starts a fresh one; the call then gets a result with ``error`` set. Workers find the `math` reward
+areal-core's reward pool (`areal_core.rewards.RewardPool`), which kills a worker (and its process group)
+when a call passes its deadline and starts a fresh one; the call then gets a result with ``error`` set. Workers find the `math` reward
 through the plugin registry, so the `math` plugin must be allowed by ``AREAL_PLUGINS`` when it is set.
 
     with MathVerifier(timeout=5) as verifier:
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from areal_core.reward_pool import RewardPool
+from areal_core.rewards import RewardPool
 from areal_core.types import RewardRequest, RewardResult
 
 

@@ -14,18 +14,18 @@ import concurrent.futures
 import time
 from typing import Any
 
-from areal_core.reward_service.celery_app import (
+from areal_core.rewards.celery_app import (
     TASK_NAME,
     check_broker,
     make_celery_app,
     workers_by_queue,
 )
-from areal_core.reward_service.config import (
+from areal_core.rewards.config import (
     RewardServiceConfig,
     RewardServiceError,
     safe_url,
 )
-from areal_core.reward_service.service import Deliver
+from areal_core.rewards.service import Deliver
 from areal_core.types import RewardRequest, RewardResult
 
 # A waiting thread looks at the close flag this often.

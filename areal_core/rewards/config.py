@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from areal_core.errors import ArealError, ConfigError
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_QUEUE = "rewards"
-BACKENDS = ("local", "celery")
 
 
 class RewardServiceError(ArealError):
@@ -20,8 +19,10 @@ class RewardServiceError(ArealError):
 class RewardServiceConfig:
     """How rewards are executed.
 
-    backend:         "local" (a process pool on this machine) or "celery" (workers started with
-                     `areal worker`, reached through a Celery broker).
+    backend:         a registered reward backend: "local" (a process pool on this machine), "celery"
+                     (workers started with `areal worker`, reached through a Celery broker), or one a
+                     plugin adds (`areal plugins` lists them).
+    options:         settings of a plugin backend (the built-in ones take none).
     timeout:         seconds one request may run; past it the request gets an error result. Enforced
                      by killing the process that runs it, on this machine or on the Celery worker.
     max_in_flight:   requests submitted but not finished; `submit` waits for room beyond this.
@@ -46,7 +47,8 @@ class RewardServiceConfig:
     max_batches_in_flight: Celery tasks sent and not yet answered (one waiting thread each).
     """
 
-    backend: Literal["local", "celery"] = "local"
+    backend: str = "local"
+    options: dict[str, Any] = field(default_factory=dict)
     timeout: float = 30.0
     max_in_flight: int = 4096
     workers: int = 2
@@ -63,8 +65,12 @@ class RewardServiceConfig:
     max_batches_in_flight: int = 64
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"reward service backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        from areal_core.plugins import check_backend
+
+        try:
+            check_backend("reward", self.backend)
+        except ValueError as exc:
+            raise ConfigError(f"reward service: {exc}") from None
         seconds = {"timeout": self.timeout, "result_timeout": self.result_timeout,
                    "connect_timeout": self.connect_timeout}
         for name, value in seconds.items():

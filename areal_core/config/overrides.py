@@ -1,4 +1,4 @@
-"""Run configuration: typed dataclasses, loaded from YAML, overridden with `key.sub=value` arguments.
+"""Loading a run configuration: defaults, then a YAML file, then `key.sub=value` overrides.
 
 The dataclass defaults are the single source of truth. The resolved config is printed at the start of
 a run and saved beside its outputs (`config.yaml`), so every result can be reproduced.
@@ -12,7 +12,8 @@ from typing import Any, Sequence, TypeVar
 import yaml
 
 from areal_core.errors import ConfigError
-from areal_core.schema import build, to_plain
+from areal_core.config.schema import build, to_plain
+from areal_core.files import atomic_write
 
 T = TypeVar("T")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -35,6 +36,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if isinstance(value, str) and _FLOAT.match(value.strip()):
         value = float(value)
     return key.split("."), value
+
+
+def parse_options(texts: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` command-line options (e.g. `--reward-option image=x:y`) as a flat mapping, values read as YAML."""
+    parsed: dict[str, Any] = {}
+    for text in texts:
+        path, value = parse_override(text)
+        parsed[".".join(path)] = value
+    return parsed
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -87,8 +97,4 @@ def config_to_yaml(config: Any) -> str:
 
 
 def save_config(config: Any, run_dir: str | Path) -> Path:
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    out = run_dir / "config.yaml"
-    out.write_text(config_to_yaml(config))
-    return out
+    return atomic_write(Path(run_dir) / "config.yaml", config_to_yaml(config))

@@ -1,5 +1,9 @@
 """The async reward service: the one way rewards are executed, in training, evals and `areal score`.
 
+An async API over interchangeable backends, chosen by name in the config and found in the plugin registry:
+`local` (a process pool on this machine with a hard timeout per request, `local.py`), `celery` (Celery
+workers on any number of machines, `celery_backend.py`), or one a plugin registers (`register_reward_backends`).
+
     async with RewardService(RewardServiceConfig(backend="celery")) as service:
         results = await service.score(requests)              # RewardResults, in request order
         async for index, result in service.stream(requests): # as they complete
@@ -23,7 +27,7 @@ import itertools
 from typing import AsyncIterator, Callable, Iterable, Protocol, runtime_checkable
 
 from areal_core.errors import InputError
-from areal_core.reward_service.config import RewardServiceConfig, RewardServiceError
+from areal_core.rewards.config import RewardServiceConfig, RewardServiceError
 from areal_core.types import RewardRequest, RewardResult
 
 Deliver = Callable[[int, RewardResult], None]
@@ -47,14 +51,10 @@ class RewardBackend(Protocol):
 
 
 def make_backend(config: RewardServiceConfig) -> RewardBackend:
-    """The backend named by `config.backend`."""
-    if config.backend == "local":
-        from areal_core.reward_service.local import LocalBackend
+    """The backend named by `config.backend`, from the plugin registry."""
+    from areal_core.plugins import backends
 
-        return LocalBackend(workers=config.workers, timeout=config.timeout, memory_limit_mb=config.memory_limit_mb)
-    from areal_core.reward_service.celery_backend import CeleryBackend
-
-    return CeleryBackend(config)
+    return backends("reward").get(config.backend).factory(config)
 
 
 class RewardService:

@@ -3,16 +3,16 @@
 The pool's blocking wait (for results, deadlines and dead workers) runs in the thread named
 "areal-reward-pool"; the event loop only queues requests (`RewardPool.submit` + `wakeup`) and
 receives results through `call_soon_threadsafe`. Hard timeouts, killed-and-replaced workers and
-error results all come from the pool (areal_core.reward_pool).
+error results all come from the pool (areal_core.rewards.pool).
 """
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from areal_core.reward_pool import RewardPool
-from areal_core.reward_service.config import RewardServiceError
-from areal_core.reward_service.service import Deliver
+from areal_core.rewards.pool import RewardPool
+from areal_core.rewards.config import RewardServiceError
+from areal_core.rewards.service import Deliver
 from areal_core.types import RewardRequest, RewardResult
 
 # How often the pool thread looks at its stop flag when nothing wakes it.

@@ -69,8 +69,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
     # Rewards are single-threaded CPU work; many workers with many BLAS/torch threads fight over cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from areal_core.errors import ArealError as _ArealError
-    from areal_core.registry import reward_registry
-    from areal_core.rewards import call_reward
+    from areal_core.rewards.registry import reward_registry
+    from areal_core.rewards.contract import call_reward
 
     # Load the plugins before reporting ready, so their import time never counts against a request's timeout.
     # A registry that cannot be built (e.g. duplicate names) is reported per request below.

@@ -7,7 +7,7 @@ in a reward worker process or on a Celery worker on another machine:
 
 It must not rely on state outside its arguments. `call_reward` is the only place a reward function is
 invoked: exceptions become `RewardResult.error` (a verifier failure, distinct from a wrong answer).
-Hard timeouts cannot be enforced in-process; the reward pool (`areal_core.reward_pool`) runs this in
+Hard timeouts cannot be enforced in-process; the reward pool (`areal_core.rewards.pool`) runs this in
 killable worker processes.
 """
 from __future__ import annotations

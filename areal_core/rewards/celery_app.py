@@ -18,7 +18,7 @@ Delivery guarantees (Redis broker):
   is already stored returns that result. The client reads one result per task id, so a request is
   never answered twice however often its batch is delivered.
 
-`celery -A areal_core.reward_service.celery_app worker --pool threads` also works; it reads the
+`celery -A areal_core.rewards.celery_app worker --pool threads` also works; it reads the
 broker URL from $AREAL_BROKER_URL (and $AREAL_RESULT_BACKEND). Use the thread pool: prefork pool
 processes are daemonic and cannot start reward processes.
 """
@@ -35,8 +35,8 @@ from typing import Any, Iterator, Sequence
 
 from celery import Celery, Task, signals
 
-from areal_core.reward_pool import RewardPool
-from areal_core.reward_service.config import (
+from areal_core.rewards.pool import RewardPool
+from areal_core.rewards.config import (
     DEFAULT_BROKER_URL,
     DEFAULT_QUEUE,
     RewardServiceError,
@@ -272,7 +272,7 @@ def run_worker(*, broker_url: str | None, result_backend: str | None, queues: Se
                echo=print) -> None:
     """`areal worker`: load every installed plugin, check the broker, then run a Celery worker."""
     from areal_core.plugins import get_plugin_manager
-    from areal_core.registry import reward_registry
+    from areal_core.rewards.registry import reward_registry
 
     app = make_celery_app(broker_url, result_backend, visibility_timeout=visibility_timeout,
                           connect_timeout=connect_timeout)
@@ -292,5 +292,5 @@ def run_worker(*, broker_url: str | None, result_backend: str | None, queues: Se
     ])
 
 
-# For `celery -A areal_core.reward_service.celery_app worker` (configured from $AREAL_BROKER_URL).
+# For `celery -A areal_core.rewards.celery_app worker` (configured from $AREAL_BROKER_URL).
 app = make_celery_app()

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from areal_core.errors import InputError
-from areal_core.registry import reward_registry
-from areal_core.reward_service import RewardService, RewardServiceConfig
-from areal_core.rewards import check_sample
+from areal_core.files import atomic_write
+from areal_core.rewards.config import RewardServiceConfig
+from areal_core.rewards.contract import check_sample
+from areal_core.rewards.registry import reward_registry
+from areal_core.rewards.service import RewardService
 from areal_core.types import RewardRequest, RewardResult
 
 RESULT_FIELDS = ("score", "correct", "details", "error")
@@ -101,16 +101,8 @@ def score_rows(rows: list[dict[str, Any]], reward: str, options: Mapping[str, An
 
 def write_scored(rows: list[dict[str, Any]], results: list[RewardResult], output: Path) -> None:
     """Write rows + result fields atomically: the file is complete or absent."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row, result in zip(rows, results):
-                f.write(json.dumps({**row, **result.to_dict()}, ensure_ascii=False) + "\n")
-        os.replace(tmp, output)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(output, (json.dumps({**row, **result.to_dict()}, ensure_ascii=False) + "\n"
+                          for row, result in zip(rows, results)))
 
 
 def summarise(results: list[RewardResult]) -> ScoreSummary:

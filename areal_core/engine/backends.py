@@ -1,0 +1,88 @@
+"""The engine backends that come with areal-core, registered as a default plugin (see plugins/manager.py):
+
+    local    the embedded torch engine in this process (continuous batching, interruptible)
+    server   `areal serve` processes (the local engine behind SGLang's HTTP API), reached with the SGLang client
+    sglang   SGLang servers (launched on this machine, or `engine.urls` of servers already running)
+
+Each is a factory `(target, config, run_dir) -> async context manager of an InferenceEngine`; a plugin adds
+one the same way (`register_engines` in hookspecs.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from areal_core.engine.launch import EngineConfig, ServerProcess, free_port, running_servers
+from areal_core.engine.protocol import EngineTarget, InferenceEngine
+from areal_core.errors import ConfigError
+from areal_core.plugins import hookimpl
+
+
+def _check(config: EngineConfig, target: EngineTarget, needs_model: bool) -> None:
+    if config.options:
+        raise ConfigError(f"engine backend {config.backend!r} takes no engine.options, got {sorted(config.options)}")
+    if needs_model and target.model is None:
+        raise ConfigError(f"engine backend {config.backend!r} starts engines on a model directory; none was given")
+
+
+@contextlib.asynccontextmanager
+async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Path | None) -> AsyncIterator[InferenceEngine]:
+    """The embedded engine in this process."""
+    from areal_core.engine.local import LocalEngine
+
+    _check(config, target, needs_model=True)
+    if target.urls:
+        raise ConfigError("engine.urls: the local backend generates in this process and connects to no server; "
+                          "use engine.backend=server or sglang for servers already running")
+    engine = LocalEngine(target.model, max_running_requests=config.max_running_requests,
+                         torch_threads=config.torch_threads).start()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+ServerStarter = Callable[[Path, int, str, dict[str, str], EngineConfig], ServerProcess]
+
+
+def _servers(server_process: ServerStarter):
+    """A backend of HTTP servers behind the SGLang client: the target's `urls`, else `config.servers` processes
+    made by `server_process(model, port, log_path, env, config)` on this machine, which die with this one."""
+    @contextlib.asynccontextmanager
+    async def engines(target: EngineTarget, config: EngineConfig, run_dir: Path | None) -> AsyncIterator[InferenceEngine]:
+        from areal_core.engine.sglang_client import SGLangEngine
+
+        _check(config, target, needs_model=not target.urls)
+        async with contextlib.AsyncExitStack() as stack:
+            urls = list(target.urls)
+            if not urls:
+                env = {"OMP_NUM_THREADS": str(config.torch_threads), "AREAL_PARENT_PID": str(os.getpid())}
+                logs = run_dir or Path.cwd()
+                processes = [server_process(target.model, free_port(), str(logs / f"engine-{i}.log"), env, config)
+                             for i in range(config.servers)]
+                urls = await stack.enter_async_context(running_servers(processes, config.startup_timeout))
+            yield await stack.enter_async_context(SGLangEngine(urls))
+
+    return engines
+
+
+def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
+    return ServerProcess.areal(str(model), port, log_path=log, env=env, extra_args=[
+        "--torch-threads", str(config.torch_threads), "--max-running-requests", str(config.max_running_requests)])
+
+
+def _sglang_server(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
+    return ServerProcess.sglang(str(model), port, extra_args=config.launch_args, log_path=log, env=env)
+
+
+server_engines = _servers(_areal_serve)
+sglang_engines = _servers(_sglang_server)
+
+
+@hookimpl
+def register_engines(register) -> None:
+    register("local", local_engines, description="the embedded torch engine, in this process")
+    register("server", server_engines, description="`areal serve` processes behind the SGLang client")
+    register("sglang", sglang_engines, description="SGLang servers: launched here, or engine.urls")

@@ -1,0 +1,188 @@
+"""The configuration of `areal train`: one typed dataclass per part, each validating its own keys; the
+defaults are the CPU demo's. `areal train --print-config` prints every key; `key.sub=value` overrides."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from areal_core.engine.launch import EngineConfig
+from areal_core.errors import ConfigError
+from areal_core.plugins import check_backend
+from areal_core.rewards.config import RewardServiceConfig
+from areal_core.rl.algorithms import AdvantageEstimator
+
+# `areal train --sync`: the synchronous baseline every speed-up is measured against.
+SYNC_OVERRIDES = ["rollout.max_staleness=0", "rollout.weight_update=wait"]
+
+
+@dataclass
+class ModelConfig:
+    path: str = "embedded"            # a Hugging Face model directory, or "embedded" (built by areal, cached)
+    # Embedded model only. 3 layers, not 2: on the CPU demo the deeper model learns the carry the 2-layer one
+    # kept missing (held-out greedy after RL 89-98% over nine runs of 450-500 steps, against 80-92% over
+    # six), at ~1.3x the trainer's step time (bench/RESULTS.md).
+    num_hidden_layers: int = 3
+    hidden_size: int = 96             # embedded model only
+    seed: int = 0                     # embedded model only
+
+    @property
+    def short_name(self) -> str:
+        """How run names refer to the model: "embedded", or the model directory's name."""
+        return "embedded" if self.path == "embedded" else Path(self.path).name
+
+
+@dataclass
+class WarmupConfig:
+    """Supervised warm-up before RL (see warmup.py); cached by content, so a second run reuses it."""
+
+    enabled: bool = True
+    steps: int = 2000                 # at most this many steps
+    batch_size: int = 64
+    lr: float = 3e-3
+    lr_warmup_steps: int = 50
+    stop_at_accuracy: float | None = 0.2  # stop once this share of recent training batches is answered exactly
+    target_field: str = "reference"   # the sample field that is the ideal response
+    seed: int = 0
+
+
+@dataclass
+class RolloutConfig:
+    # 64 prompts x 8 responses: per step, more distinct prompts with a correct sample (what GRPO learns
+    # from) than 32 x 16 for the same generation cost; on the CPU demo it learned faster per second.
+    batch_size: int = 64            # prompts per training step (B)
+    group_size: int = 8             # responses per prompt (n)
+    max_staleness: int = 1          # eta; 0 with weight_update=wait is the synchronous baseline
+    # interrupt: pause, load, continue; wait: let in-flight requests finish first
+    weight_update: Literal["interrupt", "wait"] = "interrupt"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    max_concurrent_prompts: int = 256
+    # Skip groups whose responses all got the same reward: their group-normalised advantages are zero,
+    # so they add no policy gradient, only trainer time (DAPO's dynamic-sampling observation).
+    skip_uniform_groups: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.batch_size < 1 or self.group_size < 1:
+            raise ValueError("batch_size and group_size must be >= 1")
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation and loss settings (the defaults suit the CPU demo)."""
+
+    backend: str = "local"             # a registered trainer backend: local, fsdp, or a plugin's
+    lr: float = 3e-4                    # the CPU demo collapses above ~3e-4
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: float = 1.0
+    advantage: AdvantageEstimator = "grpo"
+    decoupled: bool = True              # False: plain PPO, pi_prox = pi_behav
+    eps_clip: float = 0.2
+    eps_clip_high: float | None = None  # None: same as eps_clip
+    behav_cap: float | None = 5.0       # cap on pi_prox / pi_behav (None: off)
+    behav_cap_mode: Literal["mask", "cap"] = "mask"
+    aggregation: Literal["token", "sequence"] = "token"
+    kl_coef: float = 0.0                # KL(pi_theta || pi_ref) penalty (k3 estimator); 0: no reference model
+    entropy_coef: float = 0.0           # entropy bonus: loss -= entropy_coef x mean token entropy (against collapse)
+    ppo_minibatches: int = 2            # optimizer steps per batch (each on a random share of the batch; on
+                                        # the CPU demo 2 learned faster than 8, whose small minibatches are noisy)
+    microbatching: Literal["packed", "fixed"] = "packed"
+    # Responses to one prompt in one micro-batch are packed into one row behind a single copy of the prompt
+    # (a 4-D attention mask keeps them apart): the CPU demo's 12-token prompts were ~70% of the trained
+    # tokens. Needs an attention implementation that takes a 4-D mask (sdpa, eager); others ignore it.
+    share_prompts: bool = True
+    micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
+    micro_batch_size: int = 16          # fixed: sequences per micro-batch
+    dtype: str = "float32"
+    device: str = "cpu"                 # fsdp: "cuda" gives each rank its local GPU (NCCL); "cpu" uses gloo
+    fsdp_processes: int = 2             # fsdp: ranks torchrun starts on this machine (--nproc-per-node)
+    # fsdp: extra torchrun arguments; empty: --standalone. Across nodes, this machine is node 0 of a static
+    # rendezvous: [--nnodes, 2, --node-rank, 0, --master-addr, HOST, --master-port, 29500] (docs/deployment.md).
+    # Numbers may be given unquoted: they are turned into strings.
+    torchrun_args: list[str | int | float] = field(default_factory=list)
+    fsdp_threads_per_process: int = 1   # fsdp: torch / OpenMP threads of each rank
+    fsdp_timeout_s: float = 1800.0      # fsdp: longest wait for the ranks to start, or to finish one request
+    options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
+
+    def __post_init__(self) -> None:
+        # YAML reads `--nnodes, 2` as a string and an int; torchrun wants words.
+        words = []
+        for i, word in enumerate(self.torchrun_args):
+            if isinstance(word, bool) or not isinstance(word, (str, int, float)):
+                raise ConfigError(f"trainer.torchrun_args[{i}]: expected a string or a number, got "
+                                  f"{type(word).__name__} {word!r}")
+            words.append(str(word))
+        self.torchrun_args = words
+
+    def validate(self) -> None:
+        check_backend("trainer", self.backend)
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0                    # evaluate every N steps (0: only before and after)
+    limit: int = 500                  # held-out samples
+    greedy: bool = True
+    sampled: bool = True              # temperature = rollout temperature
+    max_new_tokens: int | None = None  # default: rollout.max_new_tokens
+    stop_at_accuracy: float | None = None  # stop when sampled held-out accuracy reaches this
+    db: str | None = "default"        # results store for `areal leaderboard`: "default" is the one `areal eval`
+                                      # uses ($AREAL_EVAL_DB or the user data dir); a path or SQLAlchemy URL; null: none
+
+
+@dataclass
+class TrainConfig:
+    name: str | None = None           # runs/<name>-<time>/; default: <task>-<model> (e.g. arithmetic-embedded)
+    output_dir: str = "runs"
+    task: str = "arithmetic"
+    eval_task: str | None = "arithmetic-test"
+    steps: int = 450                  # the CPU demo: ~4.5 minutes on two cores with the 3-layer embedded model
+    seed: int = 0
+    data_dir: str | None = None
+    reward_options: dict[str, Any] = field(default_factory=dict)  # merged over the task's reward options
+    tensorboard: bool = True
+    keep_policy_every: int = 0        # keep the published weights of every N-th step in RUN_DIR/policies/ (0: none)
+    checkpoint_every: int = 20        # write a resumable checkpoint every N steps (0: never)
+    keep_checkpoints: int = 2         # the newest N checkpoints are kept (an older one is the fallback)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    reward: RewardServiceConfig = field(default_factory=lambda: RewardServiceConfig(workers=1))
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+
+    @property
+    def run_name(self) -> str:
+        """The name of the run's directory (before its time stamp): `name`, else the task and the model."""
+        return self.name or f"{self.task}-{self.model.short_name}"
+
+
+# Keys that fix which prompts a checkpoint has trained on (batch k is prompts [kB, (k+1)B) of the task's
+# order under rollout.seed): changed on resume, prompts would be skipped or trained twice.
+RESUME_FIXED_KEYS = ("task", "rollout.seed", "rollout.batch_size", "rollout.group_size")
+
+
+def check_resume_config(config: TrainConfig, saved: TrainConfig, run_dir: Path) -> None:
+    """ConfigError unless `config` keeps the RESUME_FIXED_KEYS of the run's saved config."""
+    def get(obj: Any, key: str) -> Any:
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    changed = [f"{key}={get(config, key)!r} (the run has {get(saved, key)!r})"
+               for key in RESUME_FIXED_KEYS if get(config, key) != get(saved, key)]
+    if changed:
+        raise ConfigError(f"--resume {run_dir}: {', '.join(changed)}: these keys fix which prompts the checkpoint "
+                          f"has trained on and cannot change on resume ({', '.join(RESUME_FIXED_KEYS)})")

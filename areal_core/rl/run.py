@@ -1,0 +1,277 @@
+"""`areal train`: one training run, whose step loop (`TrainingRun.train`) reads like the algorithm.
+
+The rollout controller generates continuously (bounded by the staleness rule) while the trainer works on the
+previous batch in a worker thread; after every step the trainer publishes its weights and the controller moves
+every generation server to them (interrupting in-flight requests, which continue with the new weights). See
+`rollout.py` for the data flow, `algorithms.py` for the equations, `trainer.py` for the PPO phases.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from areal_core.config import config_to_yaml, load_config, save_config
+from areal_core.engine import EngineTarget, InferenceEngine, start_engines
+from areal_core.errors import ConfigError
+from areal_core.eval.records import EvalSettings
+from areal_core.eval.runner import evaluate_task, record_eval
+from areal_core.files import atomic_directory, atomic_write
+from areal_core.rewards import RewardService
+from areal_core.rl.algorithms import group_advantages
+from areal_core.rl.config import TrainConfig, check_resume_config
+from areal_core.rl.model_cache import resolve_model
+from areal_core.rl.report import RunLogger, format_eval, plot_rewards, print_summary
+from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
+from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram
+from areal_core.rl.trainer import TrainerBackend, create_trainer
+from areal_core.rl.warmup import warmed_up
+from areal_core.tasks import Task, get_task
+from areal_core.types import Trajectory
+
+Echo = Callable[[str], None]
+
+
+class TrainingRun:
+    """A run's parts (trainer, engine, reward service, rollout controller, logger) and its step loop."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, task: Task, eval_task: Task | None,
+                 trainer: TrainerBackend, engine: InferenceEngine, rewards: RewardService, logger: RunLogger,
+                 state: dict[str, Any], weights: Path, echo: Echo, *, resumed: bool, started: float) -> None:
+        self.config, self.run_dir, self.task, self.eval_task = config, run_dir, task, eval_task
+        self.trainer, self.engine, self.rewards, self.logger, self.echo = trainer, engine, rewards, logger, echo
+        self.state = state                # step, elapsed_seconds, trajectories (+ the controller's, when resumed)
+        self.weights = weights            # the directory holding the weights the engines serve now
+        self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
+        self.db = results_db(config)
+        self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
+        self.rollout = RolloutController(task, engine, rewards, trainer.tokenizer, config.rollout,
+                                         on_trajectory=self._on_trajectory, reward_options=config.reward_options)
+        if "controller" in state:
+            self.rollout.load_state_dict(state["controller"])
+
+    async def train(self) -> dict[str, Any]:
+        """Evaluate, run the steps, evaluate again; returns the summary (also saved as summary.json)."""
+        config, trainer, rollout = self.config, self.trainer, self.rollout
+        T = config.rollout.temperature
+        first_step = self.state["step"] + 1
+        if first_step > 1 or config.engine.urls:
+            # Servers we did not start hold some other model, and resumed ones do not know the policy version.
+            await self.publish_and_load(await asyncio.to_thread(self.publish))
+        before = next((e for e in self.evals if e["step"] == 0), None) or await self.evaluate(0)
+        if before:
+            self.echo("held-out accuracy before RL: " + format_eval(before))
+        rollout.start()
+        clock = time.perf_counter() - self.state["elapsed_seconds"]  # the training clock continues on resume
+        stopped_early = False
+        with self.logger.progress:
+            try:
+                for step in range(first_step, config.steps + 1):
+                    waited = time.perf_counter()
+                    groups = await rollout.next_batch()                           # the replay buffer's next batch
+                    waited = time.perf_counter() - waited
+                    batch, trained = self.trajectories(groups, step)              # less uniform groups
+                    stale = staleness_histogram(batch, trainer.version)
+                    started = time.perf_counter()
+                    prepared = await asyncio.to_thread(trainer.prepare, trained, T)
+                    await asyncio.to_thread(trainer.recompute_proximal, prepared)   # pi_prox: weights before update
+                    advantages = group_advantages(torch.tensor([t.reward.score for t in trained]),
+                                                  [t.group_id for t in trained], config.trainer.advantage)
+                    metrics = await asyncio.to_thread(trainer.ppo_update, prepared, advantages)  # version + 1
+                    metrics["train_seconds"] = time.perf_counter() - started
+                    started = time.perf_counter()
+                    path = await asyncio.to_thread(self.publish, step)              # weights/vN, for every server
+                    held = await self.publish_and_load(path)                        # pause, load, resume
+                    metrics.update(wait_seconds=waited, publish_seconds=time.perf_counter() - started,
+                                   update_hold_seconds=held, staleness_max=max(stale), staleness_hist=stale)
+                    self.log(step, groups, batch, trained, metrics, clock)
+                    stopped_early = await self.evaluate_during(step)
+                    if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps
+                                                    or stopped_early):
+                        await self.checkpoint(step)
+                    if stopped_early:
+                        break
+            finally:
+                await rollout.stop()
+        return await self.finish(clock, stopped_early)
+
+    # -- the phases, one method each -----------------------------------------------------------------------
+    def trajectories(self, groups: list[Group], step: int) -> tuple[list[Trajectory], list[Trajectory]]:
+        """(the whole batch, what is trained on): groups whose responses all scored the same carry no
+        gradient under group-normalised advantages and are skipped (unless a KL term needs them)."""
+        batch = [t for g in groups for t in g.trajectories]
+        if not batch:
+            last = self.rollout.last_failure or "every response dropped, see dropped_responses"
+            raise RuntimeError(f"every rollout of batch {step} failed (last: {last}); see the engine and reward logs")
+        informative = [g for g in groups if not is_uniform(g)]
+        if self.config.rollout.skip_uniform_groups and informative and self.config.trainer.kl_coef == 0:
+            return batch, [t for g in informative for t in g.trajectories]
+        return batch, batch
+
+    def publish(self, step: int | None = None) -> Path:
+        """Write the trainer's weights to `weights/v<version>` (and `policies/stepN` when kept)."""
+        path = self.trainer.publish(self.run_dir / "weights" / f"v{self.trainer.version}")
+        keep = self.config.keep_policy_every
+        if step is not None and keep and step % keep == 0:
+            with atomic_directory(self.run_dir / "policies" / f"step{step:06d}", durable=False) as tmp:
+                shutil.copytree(path, tmp, dirs_exist_ok=True)  # whole or not at all
+        return path
+
+    async def publish_and_load(self, path: Path) -> float:
+        """Move every generation server to the weights at `path`; returns the seconds generation was held."""
+        held = await self.rollout.update_weights(str(path), self.trainer.version)
+        self.weights = path
+        for old in (self.run_dir / "weights").iterdir():  # older weights are no longer needed by any server
+            if old != path and old.is_dir() and not old.name.startswith("."):
+                shutil.rmtree(old, ignore_errors=True)
+        return held
+
+    def log(self, step: int, groups: list[Group], batch: list[Trajectory], trained: list[Trajectory],
+            metrics: dict[str, Any], clock: float) -> None:
+        self.state["trajectories"] += len(batch)
+        self.state["elapsed_seconds"] = elapsed = time.perf_counter() - clock
+        metrics.update({
+            "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
+            "dropped_responses": sum(g.dropped for g in groups),
+            "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
+            "reward_mean": sum(t.reward.score for t in batch) / len(batch),
+            "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
+            "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
+        })
+        self.logger.log(step, self.trainer.version, metrics)
+
+    async def evaluate_during(self, step: int) -> bool:
+        """The every-N-steps eval (before the same step's checkpoint: a kill during it resumes from the
+        checkpoint before and evaluates again, instead of leaving a hole in evals.jsonl); True to stop early."""
+        every, target = self.config.eval.every, self.config.eval.stop_at_accuracy
+        if not (every and step % every == 0 and step < self.config.steps):
+            return False
+        record = await self.evaluate(step)
+        return target is not None and record.get("sampled_accuracy", 0.0) >= target
+
+    async def evaluate(self, step: int) -> dict[str, Any]:
+        """Held-out accuracy of the weights the engines serve now (greedy, and sampled at the rollout
+        temperature), recorded in evals.jsonl and the results store."""
+        if self.eval_task is None:
+            return {}
+        config, rollout = self.config, self.config.rollout
+        record: dict[str, Any] = {"step": step}
+        for key, enabled, temperature in (("greedy_accuracy", config.eval.greedy, 0.0),
+                                          ("sampled_accuracy", config.eval.sampled, rollout.temperature)):
+            if not enabled:
+                continue
+            settings = EvalSettings(n=1, k=(1,), temperature=temperature, top_p=rollout.top_p, seed=config.seed,
+                                    max_new_tokens=config.eval.max_new_tokens or rollout.max_new_tokens,
+                                    limit=config.eval.limit)
+            result = await evaluate_task(self.engine, self.eval_task, self.trainer.tokenizer, self.rewards, settings,
+                                         reward_options=config.reward_options)
+            record[key] = result.metrics["accuracy"]
+            if self.db is not None:
+                await asyncio.to_thread(record_eval, self.db, f"{self.run_dir.name}@step{step}", self.eval_task,
+                                        result, model_path=self.weights, step=step, run_dir=self.run_dir)
+        self.evals.append(record)
+        with open(self.run_dir / "evals.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return record
+
+    async def checkpoint(self, step: int) -> None:
+        # The snapshot is taken now, between awaits: consistent with the batches taken so far.
+        snapshot = {"step": step, "elapsed_seconds": self.state["elapsed_seconds"],
+                    "trajectories": self.state["trajectories"], "controller": self.rollout.state_dict()}
+        await asyncio.to_thread(save_run_checkpoint, self.run_dir, step, self.trainer, snapshot,
+                                self.config.keep_checkpoints)
+
+    async def finish(self, clock: float, stopped_early: bool) -> dict[str, Any]:
+        rl_seconds = time.perf_counter() - clock
+        history = self.logger.history
+        last_step = history[-1]["step"] if history else 0
+        after = self.evals[-1] if stopped_early else await self.evaluate(last_step)
+        trajectories = self.state["trajectories"]
+        summary = {
+            "run_dir": str(self.run_dir), "steps": last_step, "rl_seconds": rl_seconds,
+            "total_seconds": time.perf_counter() - self.started, "trajectories": trajectories,
+            "trajectories_per_second": trajectories / rl_seconds if rl_seconds else 0.0,
+            "before": next((e for e in self.evals if e["step"] == 0), {}), "after": after,
+            "stopped_early": stopped_early, "dropped_responses": dict(self.rollout.dropped),
+            "final_reward_mean": history[-1]["reward_mean"] if history else None,
+            "engine_servers": self.engine.server_stats(),  # per generation server: requests, failures, state
+        }
+        atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        if history:
+            plot_rewards(history, self.evals, self.run_dir / "reward_curve.png")
+        print_summary(summary, self.echo)
+        return summary
+
+    def _on_trajectory(self, trajectory: Trajectory) -> None:
+        self.logger.hook.on_trajectory(trajectory=trajectory, run_dir=str(self.run_dir))
+
+
+async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Path | None = None) -> dict[str, Any]:
+    """Run `areal train` with a resolved config; returns the summary (also saved as summary.json).
+
+    resume: the directory of an earlier run of this config; it continues from its newest intact checkpoint
+    (from the start, in the same directory, when it has none)."""
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(max(1, config.engine.torch_threads))
+    task = get_task(config.task, config.data_dir)  # before anything is written: a missing plugin is named first
+    eval_task = get_task(config.eval_task, config.data_dir) if config.eval_task else None
+    run_dir, checkpoint = open_run_dir(config, resume, echo)
+    save_config(config, run_dir)
+    echo(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{config_to_yaml(config)}")
+    state: dict[str, Any] = checkpoint[1] if checkpoint else {"step": 0, "elapsed_seconds": 0.0, "trajectories": 0}
+    if checkpoint is not None:
+        model_dir = checkpoint[0] / "trainer"  # an HF model dir holding the checkpointed policy
+    else:
+        model_dir = resolve_model(config.model)
+        if config.warmup.enabled:
+            model_dir = await asyncio.to_thread(warmed_up, model_dir, task, config.warmup, config.trainer.device, echo)
+    trainer = create_trainer(model_dir, config.trainer, total_steps=config.steps, scratch_dir=run_dir / "trainer")
+    if checkpoint is not None:
+        trainer.load_checkpoint(checkpoint[0] / "trainer")
+    logger = RunLogger(run_dir, config.tensorboard, config.steps, resume_step=state["step"] if resume else None)
+    db = results_db(config)
+    if resume and eval_task is not None and db is not None:
+        await asyncio.to_thread(supersede_redone_evals, db, run_dir, state["step"], echo)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            target = EngineTarget(model=model_dir, urls=tuple(config.engine.urls))
+            engine = await stack.enter_async_context(start_engines(config.engine, target, run_dir))
+            rewards = await stack.enter_async_context(RewardService(config.reward))
+            run = TrainingRun(config, run_dir, task, eval_task, trainer, engine, rewards, logger, state, model_dir, echo,
+                              resumed=resume is not None, started=started)
+            return await run.train()
+    finally:
+        logger.close()
+        trainer.close()
+
+
+def open_run_dir(config: TrainConfig, resume: str | Path | None, echo: Echo) -> tuple[Path, Any]:
+    """(the run directory, its newest intact checkpoint or None): a new `<output_dir>/<name>-<time>`, or the
+    directory being resumed, whose checkpoint must fit the config (the keys that fix the prompts)."""
+    if resume is None:
+        run_dir = Path(config.output_dir).resolve() / f"{config.run_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        return run_dir, None
+    run_dir = Path(resume).resolve()  # servers elsewhere load weights by this path: never relative
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    checkpoint = latest_checkpoint(run_dir, warn=echo)
+    echo(f"resuming {run_dir} from {checkpoint[0].name}" if checkpoint
+         else f"resuming {run_dir}: no intact checkpoint, starting again from step 0")
+    if checkpoint is not None:
+        check_resume_config(config, load_config(TrainConfig, run_dir / "config.yaml", []), run_dir)
+    return run_dir, checkpoint
+
+
+def results_db(config: TrainConfig) -> str | None:
+    """Where the run's evals are recorded for `areal leaderboard` (None: nowhere)."""
+    from areal_core.eval.store import default_db
+
+    return default_db() if config.eval.db == "default" else config.eval.db
