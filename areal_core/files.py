@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 
+# tempfile makes private files (0600) and directories (0700); what is renamed into place gets the modes a plain
+# open() or mkdir() would give, so runs, caches and published weights stay readable by whoever could read them
+# before (generation servers of another user, a cache shared on a machine). Read once, at import.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def _fsync_path(path: Path) -> None:
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
     fd = os.open(path, flags)
@@ -27,6 +34,7 @@ def atomic_write(path: str | Path, content: str | Iterable[str], *, durable: boo
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.writelines([content] if isinstance(content, str) else content)
             if durable:
@@ -64,6 +72,7 @@ def atomic_directory(directory: str | Path, durable: bool = True, keep_existing:
             shutil.rmtree(path, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
+        tmp.chmod(0o777 & ~_UMASK)
         yield tmp
         if durable:
             for path in sorted(tmp.rglob("*"), reverse=True):  # files before the directories holding them

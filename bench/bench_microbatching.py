@@ -25,7 +25,6 @@ import torch
 
 def build_batch(model_dir: Path, count: int, group: int, seed: int):
     from areal_core.engine.model import load_tokenizer
-    from areal_core.rl.rollout import encode_prompt
     from areal_core.tasks import get_task
     from areal_core.types import RewardResult, Trajectory
 
@@ -36,7 +35,7 @@ def build_batch(model_dir: Path, count: int, group: int, seed: int):
     batch = []
     for g in range(count // group):
         sample = samples[rng.randrange(len(samples))]
-        prompt = encode_prompt(task, sample, tokenizer)
+        prompt = task.prompt_token_ids(sample, tokenizer)
         output = tokenizer(sample["reference"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         for i in range(group):
             score = float(i % 2)  # mixed rewards: every sequence carries gradient

@@ -233,3 +233,13 @@ def test_a_generator_that_yields_nothing_is_an_error_naming_it(plugin_dirs, monk
             Task(spec).samples()
     finally:
         reset_plugin_manager()
+
+
+def test_naming_the_plugin_of_a_reward_changes_neither_the_task_identity_nor_the_printed_reward_name():
+    """`reward.plugin` only says what to install: evals already stored and cached warm-ups stay valid."""
+    base = {"name": "t", "dataset": {"generator": "g", "size": 1}, "prompt": {"template": "x"},
+            "reward": {"name": "math", "options": {"k": 1}}}
+    named = task_spec_from_dict({**base, "reward": {**base["reward"], "plugin": "areal-math"}}, "t")
+    plain = task_spec_from_dict(base, "t")
+    assert named.content() == plain.content() == plain.to_dict()
+    assert named.to_dict()["reward"] == {"name": "math", "options": {"k": 1}, "plugin": "areal-math"}

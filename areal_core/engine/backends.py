@@ -17,12 +17,11 @@ from typing import AsyncIterator, Callable
 from areal_core.engine.launch import EngineConfig, ServerProcess, free_port, running_servers
 from areal_core.engine.protocol import EngineTarget, InferenceEngine
 from areal_core.errors import ConfigError
-from areal_core.plugins import hookimpl
+from areal_core.plugins import check_no_options, hookimpl
 
 
 def _check(config: EngineConfig, target: EngineTarget, needs_model: bool) -> None:
-    if config.options:
-        raise ConfigError(f"engine backend {config.backend!r} takes no engine.options, got {sorted(config.options)}")
+    check_no_options("engine", config.backend, config.options)
     if needs_model and target.model is None:
         raise ConfigError(f"engine backend {config.backend!r} starts engines on a model directory; none was given")
 
@@ -34,8 +33,8 @@ async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Pat
 
     _check(config, target, needs_model=True)
     if target.urls:
-        raise ConfigError("engine.urls: the local backend generates in this process and connects to no server; "
-                          "use engine.backend=server or sglang for servers already running")
+        raise ConfigError("the local engine backend generates in this process and connects to no server "
+                          f"({', '.join(target.urls)}); use backend server or sglang for servers already running")
     engine = LocalEngine(target.model, max_running_requests=config.max_running_requests,
                          torch_threads=config.torch_threads).start()
     try:
@@ -58,8 +57,11 @@ def _servers(server_process: ServerStarter):
         async with contextlib.AsyncExitStack() as stack:
             urls = list(target.urls)
             if not urls:
-                env = {"OMP_NUM_THREADS": str(config.torch_threads), "AREAL_PARENT_PID": str(os.getpid())}
+                env = {"AREAL_PARENT_PID": str(os.getpid())}
+                if config.torch_threads:
+                    env["OMP_NUM_THREADS"] = str(config.torch_threads)
                 logs = run_dir or Path.cwd()
+                logs.mkdir(parents=True, exist_ok=True)
                 processes = [server_process(target.model, free_port(), str(logs / f"engine-{i}.log"), env, config)
                              for i in range(config.servers)]
                 urls = await stack.enter_async_context(running_servers(processes, config.startup_timeout))
@@ -69,8 +71,9 @@ def _servers(server_process: ServerStarter):
 
 
 def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
-    return ServerProcess.areal(str(model), port, log_path=log, env=env, extra_args=[
-        "--torch-threads", str(config.torch_threads), "--max-running-requests", str(config.max_running_requests)])
+    threads = ["--torch-threads", str(config.torch_threads)] if config.torch_threads else []
+    return ServerProcess.areal(str(model), port, log_path=log, env=env,
+                               extra_args=[*threads, "--max-running-requests", str(config.max_running_requests)])
 
 
 def _sglang_server(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:

@@ -18,11 +18,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncContextManager, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import httpx
 
 from areal_core.engine.protocol import EngineError, EngineTarget, InferenceEngine
+from areal_core.errors import PluginError
+
+PROTOCOL_METHODS = sorted(name for name, member in vars(InferenceEngine).items()
+                          if callable(member) and not name.startswith("_"))
 
 
 @dataclass
@@ -36,7 +40,7 @@ class EngineConfig:
     servers: int = 1                  # server, sglang: number of server processes to start
     urls: list[str] = field(default_factory=list)   # server, sglang: servers already running (else launched)
     launch_args: list[str] = field(default_factory=list)  # sglang: extra launch_server arguments
-    torch_threads: int = 1
+    torch_threads: int | None = 1     # of each engine (None: torch's default); 1 when sharing a small CPU
     max_running_requests: int = 256
     startup_timeout: float = 300.0
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
@@ -49,12 +53,21 @@ class EngineConfig:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
 
 
-def start_engines(config: EngineConfig, target: EngineTarget, run_dir: Path | None = None
-                  ) -> AsyncContextManager[InferenceEngine]:
-    """The engines of backend `config.backend` serving `target`: entering starts them, leaving stops them."""
+@contextlib.asynccontextmanager
+async def start_engines(config: EngineConfig, target: EngineTarget, run_dir: Path | None = None
+                        ) -> AsyncIterator[InferenceEngine]:
+    """The engines of backend `config.backend` serving `target`: entering starts them, leaving stops them.
+    What a plugin's backend yields is checked against the protocol at once, not when a missing method is
+    first called (at the end of a run)."""
     from areal_core.plugins import backends
 
-    return backends("engine").get(config.backend).factory(target, config, run_dir)
+    spec = backends("engine").get(config.backend)
+    async with spec.factory(target, config, run_dir) as engine:
+        missing = [name for name in PROTOCOL_METHODS if not callable(getattr(engine, name, None))]
+        if missing:
+            raise PluginError(f"engine backend {config.backend!r} (plugin {spec.plugin!r}) gave a "
+                              f"{type(engine).__name__} without {', '.join(missing)}: not an InferenceEngine")
+        yield engine
 
 
 def free_port(host: str = "127.0.0.1") -> int:

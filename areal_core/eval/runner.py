@@ -160,7 +160,7 @@ def build_manifest(*, model: str, model_ref: str, model_hash: str, task: Task, s
     reward["plugin"] = f"{provider} {plugins.get(provider) or ''}".strip()  # a new verifier version is a new eval
     manifest = {
         "model": model, "model_ref": model_ref, "model_hash": model_hash,
-        "task": task.name, "task_spec_hash": _sha256(dumps(task.spec.to_dict())),
+        "task": task.name, "task_spec_hash": _sha256(dumps(task.spec.content())),
         "dataset": task.describe_source(), "dataset_hash": dataset_hash(task, store),
         "reward": reward, "plugins": plugins, "settings": settings.to_dict(), "seed": settings.seed,
         "date": utc_now(), "code_version": code_version(),

@@ -176,7 +176,7 @@ class EngineSource:
         from areal_core.engine.model import load_tokenizer
 
         config = EngineConfig(backend=ref.backend, max_running_requests=max_running_requests,
-                              torch_threads=torch_threads or 1)
+                              torch_threads=torch_threads)
         target = EngineTarget(model=Path(ref.model) if ref.model else None, urls=(ref.url,) if ref.url else ())
         stack = contextlib.AsyncExitStack()
         try:

@@ -7,10 +7,11 @@ from areal_core.plugins.manager import (
     Registry,
     backends,
     check_backend,
+    check_no_options,
     get_plugin_manager,
     registering_plugin,
     reset_plugin_manager,
 )
 
-__all__ = ["BackendSpec", "PluginInfo", "PluginManager", "Registry", "backends", "check_backend",
+__all__ = ["BackendSpec", "PluginInfo", "PluginManager", "Registry", "backends", "check_backend", "check_no_options",
            "get_plugin_manager", "hookimpl", "hookspec", "registering_plugin", "reset_plugin_manager"]

@@ -16,6 +16,7 @@ keep working. A plugin that fails to import, or whose hooks are malformed, is re
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -27,7 +28,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 import pluggy
 
 from areal_core import __version__
-from areal_core.errors import DuplicateNameError, PluginError, UnknownNameError
+from areal_core.errors import ConfigError, DuplicateNameError, PluginError, UnknownNameError
 from areal_core.plugins import hookspecs
 
 ENTRY_POINT_GROUP = "areal"
@@ -199,6 +200,7 @@ class PluginManager:
         what it registers, and turning its exceptions into a recorded problem (or, for notifications, a
         warning). A DuplicateNameError is a configuration problem the user must fix, and a MemoryError says
         this process cannot run at all: both propagate."""
+        @functools.wraps(function)
         def guarded(*args: Any) -> Any:
             token = _registering.set(plugin)
             try:
@@ -272,6 +274,12 @@ def backends(kind: str) -> Registry[BackendSpec]:
         return name, BackendSpec(kind, name, factory, plugin, description)
 
     return get_plugin_manager().registry(BACKEND_HOOKS[kind], f"{kind} backend", make)
+
+
+def check_no_options(kind: str, name: str, options: dict[str, Any]) -> None:
+    """For backends that take no options (the built-in ones): a ConfigError naming any that were given."""
+    if options:
+        raise ConfigError(f"{kind} backend {name!r} takes no {kind}.options, got {sorted(options)}")
 
 
 def check_backend(kind: str, name: str) -> None:

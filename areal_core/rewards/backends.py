@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_core.errors import ConfigError
-from areal_core.plugins import hookimpl
-
-
-def _no_options(config: Any) -> None:
-    if config.options:
-        raise ConfigError(f"reward service backend {config.backend!r} takes no options, got {sorted(config.options)}")
+from areal_core.plugins import check_no_options, hookimpl
 
 
 def local_backend(config: Any) -> Any:
     from areal_core.rewards.local import LocalBackend
 
-    _no_options(config)
+    check_no_options("reward", config.backend, config.options)
     return LocalBackend(workers=config.workers, timeout=config.timeout, memory_limit_mb=config.memory_limit_mb)
 
 
 def celery_backend(config: Any) -> Any:
     from areal_core.rewards.celery_backend import CeleryBackend
 
-    _no_options(config)
+    check_no_options("reward", config.backend, config.options)
     return CeleryBackend(config)
 
 

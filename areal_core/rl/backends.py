@@ -5,26 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from areal_core.errors import ConfigError
-from areal_core.plugins import hookimpl
-
-
-def _no_options(config: Any) -> None:
-    if config.options:
-        raise ConfigError(f"trainer backend {config.backend!r} takes no trainer.options, got {sorted(config.options)}")
+from areal_core.plugins import check_no_options, hookimpl
 
 
 def local_trainer(model_path: Path, config: Any, *, total_steps: int, version: int, scratch_dir: Path | None) -> Any:
     from areal_core.rl.trainer import LocalTrainer
 
-    _no_options(config)
+    check_no_options("trainer", config.backend, config.options)
     return LocalTrainer(model_path, config, total_steps, version)
 
 
 def fsdp_trainer(model_path: Path, config: Any, *, total_steps: int, version: int, scratch_dir: Path | None) -> Any:
     from areal_core.rl.fsdp import FSDPTrainer
 
-    _no_options(config)
+    check_no_options("trainer", config.backend, config.options)
     return FSDPTrainer(model_path, config, total_steps, version, scratch_dir=scratch_dir)
 
 

@@ -86,8 +86,8 @@ class TrainingRun:
                     metrics = await asyncio.to_thread(trainer.ppo_update, prepared, advantages)  # version + 1
                     metrics["train_seconds"] = time.perf_counter() - started
                     started = time.perf_counter()
-                    path = await asyncio.to_thread(self.publish, step)              # weights/vN, for every server
-                    held = await self.publish_and_load(path)                        # pause, load, resume
+                    path = await asyncio.to_thread(self.publish)                    # weights/vN, for every server
+                    held = await self.publish_and_load(path, step)                  # pause, load, resume
                     metrics.update(wait_seconds=waited, publish_seconds=time.perf_counter() - started,
                                    update_hold_seconds=held, staleness_max=max(stale), staleness_hist=stale)
                     self.log(step, groups, batch, trained, metrics, clock)
@@ -114,23 +114,27 @@ class TrainingRun:
             return batch, [t for g in informative for t in g.trajectories]
         return batch, batch
 
-    def publish(self, step: int | None = None) -> Path:
-        """Write the trainer's weights to `weights/v<version>` (and `policies/stepN` when kept)."""
-        path = self.trainer.publish(self.run_dir / "weights" / f"v{self.trainer.version}")
-        keep = self.config.keep_policy_every
-        if step is not None and keep and step % keep == 0:
-            with atomic_directory(self.run_dir / "policies" / f"step{step:06d}", durable=False) as tmp:
-                shutil.copytree(path, tmp, dirs_exist_ok=True)  # whole or not at all
-        return path
+    def publish(self) -> Path:
+        """Write the trainer's weights to `weights/v<version>`, where every server can load them."""
+        return self.trainer.publish(self.run_dir / "weights" / f"v{self.trainer.version}")
 
-    async def publish_and_load(self, path: Path) -> float:
-        """Move every generation server to the weights at `path`; returns the seconds generation was held."""
+    async def publish_and_load(self, path: Path, step: int | None = None) -> float:
+        """Move every generation server to the weights at `path`, then keep a copy as `policies/stepN` when
+        asked (after the load: the copy never delays generation); returns the seconds generation was held."""
         held = await self.rollout.update_weights(str(path), self.trainer.version)
         self.weights = path
+        keep = self.config.keep_policy_every
+        if step is not None and keep and step % keep == 0:
+            await asyncio.to_thread(self._keep_policy, path, self.run_dir / "policies" / f"step{step:06d}")
         for old in (self.run_dir / "weights").iterdir():  # older weights are no longer needed by any server
             if old != path and old.is_dir() and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
         return held
+
+    @staticmethod
+    def _keep_policy(weights: Path, target: Path) -> None:
+        with atomic_directory(target, durable=False) as tmp:
+            shutil.copytree(weights, tmp, dirs_exist_ok=True)  # whole or not at all
 
     def log(self, step: int, groups: list[Group], batch: list[Trajectory], trained: list[Trajectory],
             metrics: dict[str, Any], clock: float) -> None:
@@ -219,7 +223,8 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     (from the start, in the same directory, when it has none)."""
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    torch.set_num_threads(max(1, config.engine.torch_threads))
+    if config.engine.torch_threads:
+        torch.set_num_threads(config.engine.torch_threads)
     task = get_task(config.task, config.data_dir)  # before anything is written: a missing plugin is named first
     eval_task = get_task(config.eval_task, config.data_dir) if config.eval_task else None
     run_dir, checkpoint = open_run_dir(config, resume, echo)

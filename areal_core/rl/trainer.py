@@ -177,6 +177,7 @@ class PreparedBatch:
     lengths: list[int]
     prox: list[list[torch.Tensor | None]] = field(default_factory=list)
     ref: list[list[torch.Tensor | None]] = field(default_factory=list)
+    updated: bool = False
 
 
 def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
@@ -419,6 +420,8 @@ class PPOLearner:
     def recompute_proximal(self, batch: "PreparedBatch") -> None:
         """pi_prox: log-probs of the batch under the current weights, before this step's update (and pi_ref's,
         with a KL penalty). Plain PPO takes pi_behav instead."""
+        if batch.prox:
+            raise ValueError("recompute_proximal runs once per prepared batch")
         config = self.config
         with torch.no_grad():
             self.model.eval()
@@ -437,8 +440,9 @@ class PPOLearner:
         """One optimizer step per minibatch on the decoupled PPO loss, then the LR schedule; the policy version
         goes up by one. `advantages` [N]: one per trajectory of the batch."""
         config, dp, trajectories, plan = self.config, self.dp, batch.trajectories, batch.plan
-        if len(batch.prox) != len(plan):
-            raise ValueError("ppo_update needs the batch's pi_prox: call recompute_proximal first")
+        if len(batch.prox) != len(plan) or batch.updated:
+            raise ValueError("ppo_update takes a prepared batch once, after recompute_proximal")
+        batch.updated = True
         advantages = torch.as_tensor(advantages, dtype=torch.float32)
         total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
         keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction", "entropy")

@@ -15,7 +15,6 @@ from typing import Any, Callable
 import torch
 
 from areal_core.config import to_plain
-from areal_core.files import atomic_directory
 from areal_core.rl.config import WarmupConfig
 from areal_core.tasks import Task
 
@@ -23,16 +22,15 @@ from areal_core.tasks import Task
 def warmed_up(model_dir: Path, task: Task, config: WarmupConfig, device: str, echo: Callable[[str], None]) -> Path:
     """The model after the warm-up of `config` on `task`: from the cache when it holds one for the same
     model, task and settings, else trained now and put in the cache (whole, even with runs started together)."""
-    from areal_core.rl.model_cache import cache_dir, digest, file_digest
+    from areal_core.rl.model_cache import COMPLETE_MARKER, build_cache_entry, cache_dir, digest, file_digest
 
-    key = digest(file_digest(model_dir), to_plain(config), task.name, task.spec.to_dict())
+    key = digest(file_digest(model_dir), to_plain(config), task.name, task.spec.content())
     warm_dir = cache_dir() / "warmup" / key
-    if (warm_dir / "model.safetensors").exists():
+    if (warm_dir / COMPLETE_MARKER).exists():
         echo(f"warm-up: reusing {warm_dir}")
         return warm_dir
     started = time.perf_counter()
-    with atomic_directory(warm_dir, durable=False, keep_existing=True) as tmp:
-        supervised_warmup(model_dir, task, config, tmp, device)
+    build_cache_entry(warm_dir, lambda directory: supervised_warmup(model_dir, task, config, directory, device))
     done = json.loads((warm_dir / "warmup.json").read_text())
     echo(f"warm-up: {done['steps']} supervised steps in {time.perf_counter() - started:.1f}s "
          f"(training-batch exact match {done['final_batch_accuracy']:.0%}) -> {warm_dir}")

@@ -35,8 +35,8 @@ def tasks_command(ctx: click.Context, no_size: bool, as_json: bool) -> None:
                 size = f"unavailable: {exc}"
         missing = unavailable_reason(spec)
         rows.append({"name": name, "source": registry.source(name), "size": size, "reward": spec.reward.name,
-                     "reward_plugin": spec.reward.plugin, "reward_installed": missing is None,
-                     "available": missing is None, "unavailable": missing, "description": spec.description})
+                     "reward_plugin": spec.reward.plugin, "available": missing is None, "unavailable": missing,
+                     "description": spec.description})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -153,6 +153,13 @@ class TaskSpec:
         data.pop("source", None)
         return data
 
+    def content(self) -> dict[str, Any]:
+        """What decides a task's samples and scores (`to_dict` less `reward.plugin`, which only says what to
+        install): eval identities and the warm-up cache hash this, so naming the plugin changes neither."""
+        data = self.to_dict()
+        data["reward"] = {k: v for k, v in data["reward"].items() if k != "plugin"}
+        return data
+
 
 def task_spec_from_dict(data: Any, where: str) -> TaskSpec:
     try:

@@ -112,3 +112,43 @@ def test_a_builtin_backend_rejects_engine_options(areal, tiny_model, tmp_path, b
                    f"model.path={tiny_model}", *TRAIN, env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 2
     assert f"engine backend {backend!r} takes no engine.options, got ['turbo']" in result.stderr
+
+
+def test_an_engine_backend_that_yields_no_inference_engine_is_an_error_at_start_naming_what_is_missing(tiny_model):
+    """Checked when the engines start, not when a missing method is first called at the end of a run."""
+    import contextlib
+
+    from areal_core import hookimpl
+    from areal_core.engine import EngineConfig, EngineTarget, start_engines
+    from areal_core.errors import PluginError
+    from areal_core.plugins import get_plugin_manager, reset_plugin_manager
+
+    class HalfAnEngine:
+        async def generate(self, request):
+            raise AssertionError("never called")
+
+        async def close(self):
+            pass
+
+    @contextlib.asynccontextmanager
+    async def half_engines(target, config, run_dir):
+        yield HalfAnEngine()
+
+    class Plugin:
+        @hookimpl
+        def register_engines(self, register):
+            register("half", half_engines)
+
+    async def run():
+        async with start_engines(EngineConfig(backend="half"), EngineTarget(model=tiny_model)):
+            raise AssertionError("the engines started")
+
+    reset_plugin_manager()
+    get_plugin_manager().register(Plugin(), "half-plugin")
+    try:
+        with pytest.raises(PluginError, match=r"engine backend 'half' \(plugin 'half-plugin'\) gave a HalfAnEngine "
+                                              r"without health, model_info, pause, resume, server_stats, "
+                                              r"update_weights: not an InferenceEngine"):
+            asyncio.run(run())
+    finally:
+        reset_plugin_manager()

@@ -139,3 +139,24 @@ def test_a_server_reached_through_sglang_url_gives_the_samples_of_the_same_model
     # The server runs that directory's weights: the same model hash, hence the same identity key, so either
     # eval stored first is recognised when the other is run against the same store.
     assert manifest["model_hash"] == local.manifest["model_hash"] and manifest["key"] == local.manifest["key"]
+
+
+def test_a_model_directory_served_by_another_engine_backend_gives_the_samples_of_the_in_process_engine(
+        tiny_model, tmp_path):
+    """`--model server:DIR`: the eval starts an `areal serve` process on the directory (found in the engine
+    registry like `engine.backend=server`), logs it under the output directory, and draws the same samples as
+    the in-process engine; the model is the same model (same hash and identity key)."""
+    requested = {"n": 2, "limit": 20, "temperature": 1.0, "max_new_tokens": 8}
+    [local] = eval_in_process(tiny_model, tmp_path / "local.sqlite", tmp_path / "local", **requested)
+    args = [AREAL, "eval", "--model", f"server:{tiny_model}", "--tasks", "arithmetic-test", "--limit", "20", "--n",
+            "2", "--temperature", "1", "--max-new-tokens", "8", "--name", "served", "--quiet", "--torch-threads", "1"]
+    served = subprocess.run([*args, "--db", str(tmp_path / "served.sqlite"), "--output-dir", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0, served.stderr
+    details = read_details(tmp_path / "out", "served", "arithmetic-test")
+    assert [(d["prompt_id"], d["sample_index"], d["response"]) for d in details] == \
+        [(s.prompt_id, s.sample_index, s.response) for s in local.samples]
+    manifest = read_metrics(tmp_path / "out", "served", "arithmetic-test")["manifest"]
+    assert manifest["model_ref"] == f"server:{tiny_model}"
+    assert manifest["model_hash"] == local.manifest["model_hash"] and manifest["key"] == local.manifest["key"]
+    assert "serving" in (tmp_path / "out" / "served" / "engine-0.log").read_text()

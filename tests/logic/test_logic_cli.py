@@ -48,7 +48,7 @@ def test_areal_tasks_lists_every_family_with_its_size(areal, data_dir):
                      "zebra": 500, "zebra-test": 200})
     assert {name: rows[name]["size"] for name in expected} == expected
     assert {rows[name]["reward"] for name in expected} == {"knights_knaves", "countdown", "sudoku", "zebra"}
-    assert all(rows[name]["reward_installed"] for name in expected)
+    assert all(rows[name]["available"] for name in expected)
 
 
 def family_rows():

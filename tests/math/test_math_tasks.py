@@ -45,4 +45,4 @@ def test_areal_tasks_lists_the_math_tasks_with_their_sizes(areal, data_dir: Path
     assert done.returncode == 0, done.stderr
     rows = {r["name"]: r for r in json.loads(done.stdout)}
     for name, size in EXPECTED.items():
-        assert rows[name]["size"] == size and rows[name]["reward"] == "math" and rows[name]["reward_installed"]
+        assert rows[name]["size"] == size and rows[name]["reward"] == "math" and rows[name]["available"]
