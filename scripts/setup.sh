@@ -23,7 +23,7 @@ fi
 pip_install -U pip
 say "pip $(.venv/bin/python -m pip --version | cut -d' ' -f2)"
 pip_install "$TORCH_SPEC"
-say "torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
+say "torch $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))')"  # not imported yet: numpy comes next
 packages=(-e ".[test]")
 names=(areal-core)
 for project in plugins/*/pyproject.toml sandbox/pyproject.toml; do

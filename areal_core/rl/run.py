@@ -63,7 +63,7 @@ class TrainingRun:
         first_step = self.state["step"] + 1
         if first_step > 1 or config.engine.urls:
             # Servers we did not start hold some other model, and resumed ones do not know the policy version.
-            await self.publish_and_load(await asyncio.to_thread(self.publish))
+            await self.load_weights(await asyncio.to_thread(self.publish))
         before = next((e for e in self.evals if e["step"] == 0), None) or await self.evaluate(0)
         if before:
             self.echo("held-out accuracy before RL: " + format_eval(before))
@@ -73,9 +73,9 @@ class TrainingRun:
         with self.logger.progress:
             try:
                 for step in range(first_step, config.steps + 1):
-                    waited = time.perf_counter()
+                    wait_started = time.perf_counter()
                     groups = await rollout.next_batch()                           # the replay buffer's next batch
-                    waited = time.perf_counter() - waited
+                    waited = time.perf_counter() - wait_started
                     batch, trained = self.trajectories(groups, step)              # less uniform groups
                     stale = staleness_histogram(batch, trainer.version)
                     started = time.perf_counter()
@@ -87,7 +87,7 @@ class TrainingRun:
                     metrics["train_seconds"] = time.perf_counter() - started
                     started = time.perf_counter()
                     path = await asyncio.to_thread(self.publish)                    # weights/vN, for every server
-                    held = await self.publish_and_load(path, step)                  # pause, load, resume
+                    held = await self.load_weights(path, step)                      # pause, load, resume
                     metrics.update(wait_seconds=waited, publish_seconds=time.perf_counter() - started,
                                    update_hold_seconds=held, staleness_max=max(stale), staleness_hist=stale)
                     self.log(step, groups, batch, trained, metrics, clock)
@@ -118,7 +118,7 @@ class TrainingRun:
         """Write the trainer's weights to `weights/v<version>`, where every server can load them."""
         return self.trainer.publish(self.run_dir / "weights" / f"v{self.trainer.version}")
 
-    async def publish_and_load(self, path: Path, step: int | None = None) -> float:
+    async def load_weights(self, path: Path, step: int | None = None) -> float:
         """Move every generation server to the weights at `path`, then keep a copy as `policies/stepN` when
         asked (after the load: the copy never delays generation); returns the seconds generation was held."""
         held = await self.rollout.update_weights(str(path), self.trainer.version)

@@ -131,13 +131,18 @@ def test_a_server_reached_through_sglang_url_gives_the_samples_of_the_same_model
         remote = subprocess.run([*args, "--db", str(tmp_path / "remote.sqlite"), "--output-dir", str(tmp_path / "remote")],
                                 capture_output=True, text=True, timeout=300)
     assert remote.returncode == 0, remote.stderr
-    served = read_details(tmp_path / "remote", "served", "arithmetic-test")
+    assert_same_samples_and_model(tmp_path / "remote", "served", local, f"sglang://127.0.0.1:{port}")
+
+
+def assert_same_samples_and_model(output_dir: Path, name: str, local, model_ref: str) -> None:
+    """The eval stored under `name` drew the samples of the in-process eval `local`, of the same model: the
+    same model hash, hence the same identity key, so either eval stored first is recognised when the other
+    is run against the same store."""
+    served = read_details(output_dir, name, "arithmetic-test")
     assert [(d["prompt_id"], d["sample_index"], d["response"]) for d in served] == \
         [(s.prompt_id, s.sample_index, s.response) for s in local.samples]
-    manifest = read_metrics(tmp_path / "remote", "served", "arithmetic-test")["manifest"]
-    assert manifest["model_ref"] == f"sglang://127.0.0.1:{port}"
-    # The server runs that directory's weights: the same model hash, hence the same identity key, so either
-    # eval stored first is recognised when the other is run against the same store.
+    manifest = read_metrics(output_dir, name, "arithmetic-test")["manifest"]
+    assert manifest["model_ref"] == model_ref
     assert manifest["model_hash"] == local.manifest["model_hash"] and manifest["key"] == local.manifest["key"]
 
 
@@ -153,10 +158,5 @@ def test_a_model_directory_served_by_another_engine_backend_gives_the_samples_of
     served = subprocess.run([*args, "--db", str(tmp_path / "served.sqlite"), "--output-dir", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=300)
     assert served.returncode == 0, served.stderr
-    details = read_details(tmp_path / "out", "served", "arithmetic-test")
-    assert [(d["prompt_id"], d["sample_index"], d["response"]) for d in details] == \
-        [(s.prompt_id, s.sample_index, s.response) for s in local.samples]
-    manifest = read_metrics(tmp_path / "out", "served", "arithmetic-test")["manifest"]
-    assert manifest["model_ref"] == f"server:{tiny_model}"
-    assert manifest["model_hash"] == local.manifest["model_hash"] and manifest["key"] == local.manifest["key"]
+    assert_same_samples_and_model(tmp_path / "out", "served", local, f"server:{tiny_model}")
     assert "serving" in (tmp_path / "out" / "served" / "engine-0.log").read_text()
