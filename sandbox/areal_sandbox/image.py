@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 from areal_sandbox.errors import ImageBuildError
 
 HARNESS_DIR = Path(__file__).parent / "harness"
-HARNESS_FILES = ("__init__.py", "compare.py", "prepare.py", "runner.py", "supervisor.py")
+HARNESS_FILES = ("__init__.py", "compare.py", "judge.py", "prepare.py", "runner.py", "supervisor.py", "wire.py")
 IMAGE_HARNESS_DIR = "/opt/areal/harness"
 IMAGE_PYTHON_PREFIX = "/opt/python"
 SANDBOX_UID = 10001

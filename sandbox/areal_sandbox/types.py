@@ -10,7 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit", "skipped")
+# "unsupported": the test hands the program something that cannot cross the process boundary as
+# data (a lambda, an object of a class); it fails closed, with the reason (see harness/judge.py).
+VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit", "skipped",
+            "unsupported")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,10 @@ class Execution:
       (statements, one test each, e.g. MBPP asserts) or `check` (code defining
       ``check(candidate)``; each top-level statement of it holding an assert is one test) called
       with `candidate` (an expression, e.g. the entry point's name; when omitted, a trailing
-      ``check(<expr>)`` in `check` gives it).
+      ``check(<expr>)`` in `check` gives it). The tests run in a process of their own that never
+      executes the program: the candidate and every name the tests read without defining it are
+      proxies whose calls cross as data; `program_names` lists names that are the program's even
+      where they shadow a built-in (a function under test called ``sum``).
     mode "stdio": `program` runs once per case with the case's ``input`` on stdin; its stdout must
       match ``output`` under `compare` (mode tokens|lines|exact, float_tol, case_sensitive).
     """
@@ -96,6 +102,7 @@ class Execution:
     cases: tuple[dict[str, str], ...] | None = None
     compare: dict[str, Any] = field(default_factory=dict)
     test_names: tuple[str, ...] = ()
+    program_names: tuple[str, ...] = ()
     stop_on_failure: bool = True
     timeout_s: float | None = None
     return_stdout: bool = False
@@ -109,7 +116,8 @@ class Execution:
                                "test_names": list(self.test_names), "return_stdout": self.return_stdout}
         if self.mode == "function":
             job.update(prelude=self.prelude, setup=self.setup, check=self.check, candidate=self.candidate,
-                       tests=list(self.tests) if self.tests is not None else None)
+                       tests=list(self.tests) if self.tests is not None else None,
+                       program_names=list(self.program_names))
         else:
             job.update(cases=[dict(c) for c in self.cases or ()], compare=dict(self.compare))
         return job
@@ -146,13 +154,16 @@ class TestVerdict:
 @dataclass(frozen=True)
 class ExecutionResult:
     """What a sandbox answers. `error` is set when the *sandbox* failed (harness error, container
-    lost, tests that cannot be prepared): then the verdicts say nothing about the program."""
+    lost, tests that cannot be prepared): then the verdicts say nothing about the program.
+    `stand_ins` (function mode) counts the program's objects that are not data (a ``re.Match``)
+    for which the tests got a stand-in equal only to itself (harness/judge.py)."""
 
     tests: tuple[TestVerdict, ...]
     error: str = ""
     wall_s: float = 0.0
     harmed: bool = False
     problems: tuple[str, ...] = ()
+    stand_ins: int = 0
 
     @property
     def passed(self) -> bool:
@@ -171,7 +182,8 @@ class ExecutionResult:
             for i, t in enumerate(data.get("tests") or [])
         )
         return cls(tests=tests, error=str(data.get("error") or ""), wall_s=float(data.get("wall_s") or 0.0),
-                   harmed=bool(data.get("harmed")), problems=tuple(data.get("problems") or ()))
+                   harmed=bool(data.get("harmed")), problems=tuple(data.get("problems") or ()),
+                   stand_ins=int(data.get("stand_ins") or 0))
 
     @classmethod
     def failure(cls, error: str) -> "ExecutionResult":

@@ -20,8 +20,9 @@ HACKS = {
         "        return False\n    __hash__ = object.__hash__\n"
         "def has_close_elements(numbers, threshold):\n    return Anything()\n"),
     "bool_subclass_equal_to_everything": (
+        # B(7): a value that is wrong for every test (B(1) crosses as 1, and 1 == True honestly)
         "class B(int):\n    def __eq__(self, other):\n        return True\n"
-        "def has_close_elements(numbers, threshold):\n    return B(1)\n"),
+        "def has_close_elements(numbers, threshold):\n    return B(7)\n"),
     "always_equal_inside_a_list": (
         "class A:\n    def __eq__(self, o):\n        return True\n"
         "def has_close_elements(numbers, threshold):\n    return [A()][0:1][0]\n"),

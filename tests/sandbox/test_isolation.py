@@ -138,8 +138,9 @@ def test_each_execution_starts_with_empty_work_directories(pool):
     """).replace("WORK", WORK_DIR), tests=("assert f() == 1",))
     assert pool.run(writer).passed
     reader = Execution(mode="function",
-                       program=f"import os\nleft = os.listdir('{WORK_DIR}') + os.listdir('/tmp') + os.listdir('/dev/shm')\n",
-                       tests=("assert left == [], left",))
+                       program=f"import os\ndef left():\n    return os.listdir('{WORK_DIR}') + os.listdir('/tmp') + "
+                               "os.listdir('/dev/shm')\n",
+                       tests=("assert left() == [], left()",))
     result = pool.run(reader)
     assert result.passed, result
 
@@ -147,7 +148,8 @@ def test_each_execution_starts_with_empty_work_directories(pool):
 def test_the_pool_reuses_its_containers(pool, docker_engine):
     ids = settle(pool)
     for _ in range(3):
-        assert pool.run(Execution(mode="function", program="x = 1\n", tests=("assert x == 1",))).passed
+        assert pool.run(Execution(mode="function", program="def x():\n    return 1\n",
+                                  tests=("assert x() == 1",))).passed
     assert settle(pool) == ids
     assert_host_clean(pool, docker_engine)
 
@@ -174,11 +176,10 @@ def test_runtime_errors_carry_truncated_stderr(pool):
 def test_the_run_backend_uses_a_fresh_container_and_removes_it(docker_engine, sandbox_image):
     config = SandboxConfig(backend="run", image=sandbox_image, timeout_s=5.0, total_timeout_s=10.0)
     with open_sandbox(config, client=docker_engine) as sandbox:
-        first = sandbox.run(Execution(mode="function",
-                                      program=f"import os\nmarker = os.path.exists('{MARKER}')\nopen('{MARKER}', 'w')\n",
-                                      tests=("assert not marker",)))
-        second = sandbox.run(Execution(mode="function", program=f"import os\nmarker = os.path.exists('{MARKER}')\n",
-                                       tests=("assert not marker",)))
+        found = f"import os\nexisted = os.path.exists('{MARKER}')\ndef marker():\n    return existed\n"
+        first = sandbox.run(Execution(mode="function", program=found + f"open('{MARKER}', 'w')\n",
+                                      tests=("assert not marker()",)))
+        second = sandbox.run(Execution(mode="function", program=found, tests=("assert not marker()",)))
         assert first.passed and second.passed
         deadline = time.monotonic() + 20
         while list_containers(docker_engine, sandbox.pool_id) and time.monotonic() < deadline:

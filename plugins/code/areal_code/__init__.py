@@ -97,6 +97,8 @@ def code_reward(sample: dict[str, Any], response: str, **options: Any) -> Reward
     )
     if total > MAX_REPORTED_TESTS:
         details["tests_cut"] = total - MAX_REPORTED_TESTS
+    if result.stand_ins:
+        details["stand_ins"] = result.stand_ins
     score = (1.0 if correct else 0.0) if mode == "all" else (passed / total if total else 0.0)
     return RewardResult(score=score, correct=correct, details=details)
 

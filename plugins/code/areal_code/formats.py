@@ -5,7 +5,8 @@
              appended to the prompt (so the prompt's imports and helpers stay available); the
              prompt's helpers are restored before the tests run.
   mbpp       ``code`` then ``test_imports`` / ``test_setup_code``, then each of ``test_list`` (asserts)
-             as one test.
+             as one test; the functions the reference ``code`` defines are the program's names
+             the tests call, even one named like a built-in.
   leetcode   ``tests.functional``: defines ``check(candidate)`` and ends with
              ``check(Solution().method)``; the program runs after LeetCode's usual imports.
   stdio      ``tests`` / ``test`` / ``input_output``: cases of stdin and expected stdout, in any of
@@ -124,7 +125,21 @@ def mbpp_execution(sample: dict[str, Any], code: str, options: dict[str, Any]) -
     if options.get("challenge_tests") and isinstance(extra, list):
         tests = tests + [t for t in extra if isinstance(t, str)]
     return Execution(mode="function", program=code, setup=setup, tests=tuple(tests),
-                     test_names=tuple(f"assert {i}" for i in range(len(tests))), stop_on_failure=False)
+                     test_names=tuple(f"assert {i}" for i in range(len(tests))),
+                     program_names=reference_functions(sample.get("code")), stop_on_failure=False)
+
+
+def reference_functions(reference) -> tuple[str, ...]:
+    """The functions and classes the task's reference solution defines: the names its tests call
+    from the program, even one that shadows a built-in (MBPP's task 126 is a function ``sum``)."""
+    if not isinstance(reference, str):
+        return ()
+    try:
+        tree = ast.parse(reference)
+    except SyntaxError:
+        return ()
+    return tuple(node.name for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
 
 def leetcode_execution(sample: dict[str, Any], code: str, options: dict[str, Any]) -> Execution:

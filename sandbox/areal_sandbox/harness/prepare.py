@@ -1,7 +1,7 @@
 """Prepare function-mode tests in the supervisor (trusted code, long-lived, imports paid once).
 
-The test code comes from the task, not the program, so it is parsed, instrumented and compiled here;
-the runner receives code objects (``marshal``) and never needs ``ast``. Standard library only.
+The test code comes from the task, not the program, so it is parsed, instrumented and compiled here,
+once, before the tests' process is forked (judge.py). Standard library only.
 """
 from __future__ import annotations
 
@@ -53,33 +53,56 @@ def instrument_check(source: str, hook: str) -> tuple[ast.Module, int, str | Non
     return tree, count, candidate
 
 
-def function_payload(job: dict, token: str) -> bytes:
-    """The runner's job (marshal): the program as text, everything else compiled.
-    Raises ValueError/SyntaxError when the tests themselves are broken (a harness error)."""
-    hook = "_areal_hook_" + os.urandom(8).hex()  # a name the program cannot predict
+def free_names(trees: list[ast.AST]) -> list[str]:
+    """Names the test code reads but never binds: the program's functions it calls (MBPP's
+    ``remove_Occ``), the program's constants, or built-ins (left to the tests' process to sort out)."""
+    loaded: set[str] = set()
+    bound: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+    return sorted(loaded - bound)
+
+
+def function_job(job: dict) -> dict:
+    """Everything the tests' process needs (it is forked from the supervisor, so it gets code
+    objects, not bytes). Raises ValueError/SyntaxError when the tests themselves are broken."""
+    hook = "_areal_hook_" + os.urandom(8).hex()
     if job.get("check") is not None:
         module, total, parsed = instrument_check(job["check"], hook)
         candidate = job.get("candidate") or parsed
         if not candidate:
             raise ValueError("no candidate: give `candidate` or end the test code with check(<expr>)")
+        trees: list[ast.AST] = [module]
         tests = [compile(module, "<tests>", "exec")]
         candidate_code = compile(candidate, "<candidate>", "eval")
     else:
         sources = job.get("tests") or []
         total = len(sources)
-        tests = [compile(t, f"<test {i}>", "exec") for i, t in enumerate(sources)]
-        candidate_code = None
-    return marshal.dumps({
-        "token": token,
+        trees = [ast.parse(t, f"<test {i}>") for i, t in enumerate(sources)]
+        tests = [compile(tree, f"<test {i}>", "exec") for i, tree in enumerate(trees)]
+        candidate = candidate_code = None
+    return {
         "program": job["program"],
         "prelude": compile(job.get("prelude") or "", "<prelude>", "exec"),
         "setup": compile(job.get("setup") or "", "<setup>", "exec"),
         "tests": tests,
+        "names": free_names(trees),
+        "program_names": [str(name) for name in job.get("program_names") or []],
         "candidate": candidate_code,
-        "candidate_text": job.get("candidate") or "",
+        "candidate_text": candidate or "",
         "total": total,
         "hook": hook,
-    })
+    }
 
 
 def stdio_payload(program: str, token: str) -> bytes:

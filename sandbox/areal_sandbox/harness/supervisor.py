@@ -16,10 +16,16 @@ Why this is safe against the program it runs (same unprivileged user as this pro
     (setsid and daemonised children included), they are reaped, and the work directories are wiped;
   - anything left behind (a process that would not die, files that would not go, SysV IPC objects)
     marks the container as harmed: the result says so and the host replaces the container.
+
+Function mode: verdicts come from the tests' process (judge.py), forked from this one without exec
+(so undumpable too) before the program starts, and reported on a pipe only it holds; the program
+(runner.py, a fresh interpreter) only serves calls whose arguments and results cross as data. The
+trust boundary is described in judge.py.
 """
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import resource
@@ -32,7 +38,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import compare  # noqa: E402  (the harness directory, not an installed package)
+import judge  # noqa: E402
 import prepare  # noqa: E402
+import wire  # noqa: E402,F401  (imported once here, so that every forked tests' process has it)
+
+# Modules data sets' tests and preludes import, imported once here so that the tests' process,
+# forked from this one, starts with them.
+for _name in ("bisect", "collections", "copy", "datetime", "decimal", "fractions", "functools", "heapq",
+              "itertools", "math", "operator", "random", "re", "string", "types", "typing"):
+    __import__(_name)
 
 # The runner is imported as a module, so that its compiled form in the image is used.
 RUNNER_BOOT = f"import sys; sys.path.insert(0, {HERE!r}); import runner; runner.main()"
@@ -47,7 +61,8 @@ CHILD_ENV = {
 if os.environ.get("LD_LIBRARY_PATH"):  # the offline image keeps libpython beside the interpreter
     CHILD_ENV["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
 STDERR_KEEP = 8192
-VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit", "skipped")
+VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit", "skipped",
+            "unsupported")
 
 
 def _set_undumpable() -> bool:
@@ -77,16 +92,37 @@ def _oom_kills() -> int:
     return -1
 
 
-class Child:
-    """One run of runner.py with pipes for stdin, stdout, stderr, the job (fd 3) and events (fd 4)."""
+def _arrange_fds(targets: dict[int, int]) -> None:
+    """In a forked child: make fd `target` a copy of fd `source` for each pair, close the rest.
+    Sources are first moved above every target, so that no dup2 overwrites a source still needed."""
+    moved = {target: fcntl.fcntl(source, fcntl.F_DUPFD, 100) for target, source in targets.items()}
+    for target, source in moved.items():
+        os.dup2(source, target)
+    os.closerange(max(targets) + 1, 65536)
+    for target in targets:
+        os.set_inheritable(target, True)
 
-    def __init__(self, mode: str, payload: bytes, limits: dict, stdin_data: bytes) -> None:
+
+class Child:
+    """One run of the program (runner.py) with pipes for stdin, stdout and stderr, and fds 3 and 4:
+    in stdio mode the job and the program's events; in function mode the calls from the tests'
+    process and the replies to it (`channel`), the tests' events arriving on `events_fd`."""
+
+    def __init__(self, mode: str, limits: dict, stdin_data: bytes, payload: bytes = b"",
+                 channel: tuple[int, int] | None = None, events_fd: int | None = None,
+                 judge_pid: int | None = None) -> None:
         self.limits = limits
+        self.judge_pid = judge_pid
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        job_r, job_w = os.pipe()
-        ev_r, ev_w = os.pipe()
+        if channel is None:
+            job_r, job_w = os.pipe()
+            ev_r, ev_w = os.pipe()
+            fd3, fd4, own = job_r, ev_w, (job_r, ev_w)
+        else:
+            fd3, fd4 = channel
+            job_w, ev_r, own = None, events_fd, ()
         memory = int(limits["memory_mb"]) * 1024 * 1024
         cpu = int(limits["timeout_s"]) + 2
         fsize = int(limits["file_size_mb"]) * 1024 * 1024
@@ -104,24 +140,23 @@ class Child:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
                 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-                for target, fd in ((0, in_r), (1, out_w), (2, err_w), (3, job_r), (4, ev_w)):
-                    os.dup2(fd, target)
-                os.closerange(5, 65536)
-                for fd in (3, 4):
-                    os.set_inheritable(fd, True)
+                _arrange_fds({0: in_r, 1: out_w, 2: err_w, 3: fd3, 4: fd4})
                 os.chdir("/work")
                 os.execve(sys.executable, [sys.executable, "-I", "-B", "-c", RUNNER_BOOT, mode], CHILD_ENV)
             except BaseException:
                 pass
             os._exit(127)
-        for fd in (in_r, out_w, err_w, job_r, ev_w):
+        for fd in (in_r, out_w, err_w) + own:
             os.close(fd)
         try:  # readable when the child exits, so select() wakes at once
             self.pidfd: int | None = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
             self.pidfd = None
-        self.fds = {"stdin": in_w, "stdout": out_r, "stderr": err_r, "job": job_w, "events": ev_r}
-        self.pending = {in_w: memoryview(stdin_data), job_w: memoryview(payload)}
+        self.fds = {"stdin": in_w, "stdout": out_r, "stderr": err_r, "events": ev_r}
+        self.pending = {in_w: memoryview(stdin_data)}
+        if job_w is not None:
+            self.fds["job"] = job_w
+            self.pending[job_w] = memoryview(payload)
         if not stdin_data:
             os.close(in_w)
             del self.pending[in_w]
@@ -140,7 +175,7 @@ class Child:
         deadline passes, or the output cap is exceeded (then everything is killed)."""
         readers = {self.fds["stdout"], self.fds["stderr"], self.fds["events"]}
         cap = int(self.limits["output_bytes"])
-        exited_at = None
+        exited_at = swept_at = judge_done_at = None
         while True:
             if self.status is None:
                 self.status = reaped.pop(self.pid, None)
@@ -151,19 +186,29 @@ class Child:
                         pid, status = self.pid, 0
                     if pid:
                         self.status = status
-            if self.status is not None and exited_at is None:
-                exited_at = time.monotonic()
-                # The program is done: whatever it left running goes now, so the pipes reach EOF.
-                kill_all(reaped)
             now = time.monotonic()
-            if not readers and not self.pending:
-                if self.status is not None:
-                    return
-            if self.status is None and now >= deadline:
+            if self.status is not None and exited_at is None:
+                exited_at = now
+            # The run is over when the program has exited (stdio), or when the tests' process has
+            # closed its events (function mode; the program, told so by the end of its calls,
+            # exits at once; one that does not within 0.5 s is not waited for): whatever is left
+            # running goes now, so the pipes reach EOF. A tests' process still waiting 2 s after
+            # the program exited is held up by a process the program left.
+            judge_done = self.judge_pid is not None and self.fds["events"] not in readers
+            if judge_done and judge_done_at is None:
+                judge_done_at = now
+            if swept_at is None and ((judge_done and (exited_at is not None or now - judge_done_at > 0.5))
+                                     or (exited_at is not None and (self.judge_pid is None or now - exited_at > 2.0))):
+                swept_at = now
+                kill_all(reaped)
+            if not readers and not self.pending and swept_at is not None:
+                return
+            if swept_at is None and now >= deadline:
                 self.killed_for = "timeout"
+                swept_at = now
                 kill_all(reaped)
                 continue
-            if exited_at is not None and now - exited_at > 2.0:
+            if swept_at is not None and now - swept_at > 2.0:
                 return  # pipes held open by something that survived kill_all: reported as harm
             writers = [fd for fd in self.pending]
             watch = list(readers)
@@ -171,7 +216,7 @@ class Child:
                 watch.append(self.pidfd)
                 poll = 0.5
             else:
-                poll = 0.01 if self.status is None else 0.05
+                poll = 0.01 if swept_at is None else 0.05
             timeout = max(0.0, min(deadline - now, poll))
             try:
                 ready_r, ready_w, _ = select.select(watch, writers, [], timeout)
@@ -213,8 +258,9 @@ class Child:
                     self.stderr += chunk
                     if len(self.stderr) > 2 * STDERR_KEEP:  # keep the head and the tail
                         self.stderr = self.stderr[:STDERR_KEEP] + self.stderr[-STDERR_KEEP:]
-                if self.output_total > cap and self.status is None:
+                if self.output_total > cap and swept_at is None:
                     self.killed_for = "output_limit"
+                    swept_at = time.monotonic()
                     kill_all(reaped)
 
     def close(self) -> None:
@@ -232,6 +278,19 @@ class Child:
                 os.close(self.fds[name])
             except OSError:
                 pass
+
+    def judge_events(self) -> list[dict]:
+        """The tests' process's events (function mode), one JSON object per line; only that process
+        holds the write end of this pipe. A line cut short (the process was killed) is dropped."""
+        result = []
+        for line in bytes(self.events_buf).split(b"\n"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("e"), str):
+                result.append(event)
+        return result
 
     def events(self, token: str) -> list[dict]:
         """Events carrying the job's token; lines without it (forged or garbled) are dropped."""
@@ -403,8 +462,8 @@ def run_stdio_job(job: dict, limits: dict, reaped: dict, job_deadline: float) ->
             continue
         token = os.urandom(16).hex()
         started = time.monotonic()
-        child = Child("stdio", prepare.stdio_payload(job["program"], token), limits,
-                      str(case.get("input", "")).encode())
+        child = Child("stdio", limits, str(case.get("input", "")).encode(),
+                      payload=prepare.stdio_payload(job["program"], token))
         oom_before = _oom_kills()
         try:
             child.run(min(started + float(limits["timeout_s"]), job_deadline), reaped)
@@ -442,30 +501,61 @@ def run_stdio_job(job: dict, limits: dict, reaped: dict, job_deadline: float) ->
     return results
 
 
-def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float) -> tuple[list[dict], str]:
-    """Returns (per-test results, harness error or '')."""
-    token = os.urandom(16).hex()
+def start_judge(prepared: dict, request_fd: int, reply_fd: int, event_fd: int) -> int:
+    """Fork the tests' process (judge.py). No exec: it inherits this process's undumpable state
+    from its first instruction, and the modules imported here."""
+    pid = os.fork()
+    if pid == 0:  # child: never return into the supervisor's code
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            # fds 0-2 are the container's protocol here: the tests' output goes nowhere instead.
+            _arrange_fds({0: devnull, 1: devnull, 2: devnull, 3: request_fd, 4: reply_fd, 5: event_fd})
+            os.chdir("/")
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("500")  # out of memory, the program goes first, then this, never PID 1
+            except OSError:
+                pass
+            sys.stdout = sys.stderr = open(1, "w", closefd=False)
+            judge.main(prepared, 3, 4, 5)
+        except BaseException:
+            pass
+        os._exit(0)
+    return pid
+
+
+def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float) -> tuple[list[dict], str, int]:
+    """Returns (per-test results, harness error or '', stand-ins the tests got for objects that
+    are not data)."""
     try:
-        payload = prepare.function_payload(job, token)
+        prepared = prepare.function_job(job)
     except (SyntaxError, ValueError, TypeError) as exc:
-        return [], f"the tests cannot be prepared: {type(exc).__name__}: {exc}"
+        return [], f"the tests cannot be prepared: {type(exc).__name__}: {exc}", 0
     started = time.monotonic()
     oom_before = _oom_kills()
-    child = Child("function", payload, limits, b"")
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    events_r, events_w = os.pipe()
+    judge_pid = start_judge(prepared, request_w, reply_r, events_w)
+    for fd in (request_w, reply_r, events_w):  # the program must never hold these
+        os.close(fd)
+    try:
+        child = Child("function", limits, b"", channel=(request_r, reply_w), events_fd=events_r, judge_pid=judge_pid)
+    finally:
+        os.close(request_r)
+        os.close(reply_w)
     try:
         child.run(min(started + float(limits["timeout_s"]), job_deadline), reaped)
     finally:
         child.close()
     elapsed = time.monotonic() - started
-    events = child.events(token)
+    events = child.judge_events()
     stderr = _trim(child.stderr_text(), 2000)
-    errors = [e["m"] for e in events if e["e"] == "harness_error"]
+    errors = [e.get("m", "") for e in events if e["e"] == "harness_error"]
     if errors:
-        return [], errors[0]
-    plan = next((e["n"] for e in events if e["e"] == "plan"), None)
-    if plan is None:
-        tests = job.get("tests")
-        plan = len(tests) if tests is not None else 1
+        return [], errors[0], 0
+    plan = prepared["total"]
+
     names = job.get("test_names") or []
     results: list[dict | None] = [None] * plan
     running = -1
@@ -481,16 +571,21 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
             if index == running:
                 running = -1
     done = any(e["e"] == "done" for e in events)
+    gone = next((str(e.get("m", "")) for e in events if e["e"] == "gone"), None)
     if child.killed_for:
         cause, message = child.killed_for, (f"no exit within {limits['timeout_s']}s" if child.killed_for == "timeout"
                                             else f"wrote more than {limits['output_bytes']} bytes")
     elif 0 <= oom_before < _oom_kills():
         cause, message = "memory_limit", f"exceeded {limits['memory_mb']} MB"
-    elif not done:
-        cause = "runtime_error"
-        message = f"the program ended the run before the tests completed ({child.exit_description()})"
-    else:
+    elif done:
         cause, message = "", ""
+    elif gone is not None:
+        cause = "runtime_error"
+        message = f"{gone or 'the program stopped replying'} before the tests completed ({child.exit_description()})"
+    else:  # nothing kills the tests' process but the program (signals from the same user)
+        cause = "runtime_error"
+        message = ("the tests' process was stopped before the tests completed, which only the program can do "
+                   f"(the program: {child.exit_description()})")
     # Tests reported before the run was cut short keep their verdicts; the rest get its cause. After
     # a timeout only the test that was running timed out; the ones after it never ran.
     for index in range(plan):
@@ -511,7 +606,8 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
         final.append(entry)
     if final:
         final[0]["time_s"] = round(elapsed, 4)
-    return final, ""
+    stand_ins = next((int(e.get("n") or 0) for e in events if e["e"] == "done"), 0)
+    return final, "", stand_ins
 
 
 def run_job(job: dict, reaped: dict) -> dict:
@@ -527,7 +623,7 @@ def run_job(job: dict, reaped: dict) -> dict:
     elif mode == "stdio":
         result["tests"] = run_stdio_job(job, limits, reaped, job_deadline)
     elif mode == "function":
-        result["tests"], result["error"] = run_function_job(job, limits, reaped, job_deadline)
+        result["tests"], result["error"], result["stand_ins"] = run_function_job(job, limits, reaped, job_deadline)
     else:
         result["error"] = f"unknown mode {mode!r}; expected 'stdio' or 'function'"
     result["wall_s"] = round(time.monotonic() - started, 4)
