@@ -85,9 +85,11 @@ class Execution:
       ``check(candidate)``; each top-level statement of it holding an assert is one test) called
       with `candidate` (an expression, e.g. the entry point's name; when omitted, a trailing
       ``check(<expr>)`` in `check` gives it). The tests run in a process of their own that never
-      executes the program: the candidate and every name the tests read without defining it are
-      proxies whose calls cross as data; `program_names` lists names that are the program's even
-      where they shadow a built-in (a function under test called ``sum``).
+      executes the program: the candidate and the program's functions the tests call are proxies
+      whose calls cross as data. `program_names` lists those functions (even one that shadows a
+      built-in, like MBPP's ``sum``); None lets every name the tests read without defining it,
+      other than a built-in, be the program's (fine for tests you wrote; a data set's format
+      should list them, so that a helper the tests expect from the task is never the program's).
     mode "stdio": `program` runs once per case with the case's ``input`` on stdin; its stdout must
       match ``output`` under `compare` (mode tokens|lines|exact, float_tol, case_sensitive).
     """
@@ -102,7 +104,7 @@ class Execution:
     cases: tuple[dict[str, str], ...] | None = None
     compare: dict[str, Any] = field(default_factory=dict)
     test_names: tuple[str, ...] = ()
-    program_names: tuple[str, ...] = ()
+    program_names: tuple[str, ...] | None = None
     stop_on_failure: bool = True
     timeout_s: float | None = None
     return_stdout: bool = False
@@ -117,7 +119,7 @@ class Execution:
         if self.mode == "function":
             job.update(prelude=self.prelude, setup=self.setup, check=self.check, candidate=self.candidate,
                        tests=list(self.tests) if self.tests is not None else None,
-                       program_names=list(self.program_names))
+                       program_names=None if self.program_names is None else list(self.program_names))
         else:
             job.update(cases=[dict(c) for c in self.cases or ()], compare=dict(self.compare))
         return job

@@ -288,6 +288,15 @@ def add(x, y):
             if libc.ptrace(request, pid, 0, 0) == 0:
                 libc.ptrace(PTRACE_POKEDATA, pid, 0x400000, 0)
 ''' + WRONG,
+    # A forged answer to the load request, built to break the tests' process's own messages.
+    "forged_load_reply": r'''
+import os, marshal
+for reply in (("load_error", "program", 10 ** 5000), ("loaded", {"add": ("module", "add")})):
+    body = marshal.dumps(reply, 2)
+    os.write(4, len(body).to_bytes(4, "big") + body)
+os._exit(0)
+def add(x, y):
+''' + WRONG,
     "always_equal_objects": r'''
 class Anything(int):
     def __eq__(self, other):

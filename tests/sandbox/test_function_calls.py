@@ -101,7 +101,7 @@ def test_names_the_tests_read_resolve_to_the_program_only_where_they_should(pool
                  "assert sorted([2, 1]) == [1, 2]",
                  "assert LIMIT == 3",  # a constant of the program is not a value a test may compare to
                  "assert size((1, 2)) == sys.getsizeof((1, 2))",  # `sys` from the program's import
-                 program_names=("sum",))
+                 program_names=("sum", "size"))
     assert verdicts(result) == ["passed", "passed", "runtime_error", "passed"], result
     assert "NameError" in result.tests[2].message
 
@@ -131,3 +131,63 @@ def test_a_program_that_fails_to_load_fails_every_test(pool, program, message):
     result = run(pool, program, "assert f(1) == 1", "assert f(2) == 2")
     assert verdicts(result) == ["runtime_error", "runtime_error"], result
     assert message in result.tests[0].message, result.tests[0].message
+
+
+def check_run(pool, program: str, check: str, **fields):
+    result = pool.run(Execution(mode="function", program=program, check=check, candidate="f", stop_on_failure=False,
+                                **fields))
+    assert not result.error, result.error
+    return result
+
+
+@pytest.mark.parametrize("check", [
+    # an assert in a helper the check defines, called after the last test
+    "def eq(a, b):\n    assert a == b\ndef check(candidate):\n    assert candidate(1) == 1\n    eq(candidate(2), 4)\n",
+    # a check whose asserts all sit in a nested helper: defining it passes nothing
+    "def check(candidate):\n    def t(a, b):\n        assert candidate(a) == b\n    t(1, 1)\n    t(2, 4)\n",
+    # a failure check written as a raise
+    "def check(candidate):\n    assert candidate(1) == 1\n    if candidate(2) != 4:\n        raise Exception('wrong')\n",
+    # assert True checks nothing
+    "def check(candidate):\n    assert candidate(2) == 4\n    assert True, 'always'\n",
+])
+def test_a_check_that_fails_anywhere_passes_nothing(pool, check):
+    result = check_run(pool, "def f(x):\n    return 1\n", check)
+    assert "passed" not in verdicts(result), result
+    # Cutting the run short before the failing statement (exit, kill everyone) does not keep the
+    # pass of the test before it either.
+    for escape in ("os._exit(0)", "os.kill(-1, 9)"):
+        program = f"import os\ndef f(x):\n    if x == 2:\n        {escape}\n    return 1\n"
+        cut = check_run(pool, program, check)
+        assert "passed" not in verdicts(cut), (escape, cut)
+    honest = check_run(pool, "def f(x):\n    return x * x\n", check)
+    assert verdicts(honest) == ["passed"] * len(honest.tests), honest
+
+
+def test_stop_iteration_from_the_program_cannot_end_a_tests_loop(pool):
+    program = "def is_prime(n):\n    raise StopIteration\n"
+    result = run(pool, program, "assert all(map(is_prime, [2, 3, 5, 7]))",
+                 "for got, want in zip(map(is_prime, [2, 4]), [True, False]):\n    assert got == want")
+    assert verdicts(result) == ["runtime_error", "runtime_error"], result
+
+
+def test_only_the_tasks_program_names_are_the_programs(pool):
+    """A helper the tests expect from the task (LeetCode's is_same_list) is never the program's."""
+    program = "def f(x):\n    return None\ndef is_same(a, b):\n    return True\n"
+    listed = run(pool, program, "assert is_same(f(1), [1])", program_names=("f",))
+    assert verdicts(listed) == ["runtime_error"] and "NameError" in listed.tests[0].message, listed
+    adhoc = run(pool, program, "assert is_same(f(1), [1])")  # no list: tests written by hand
+    assert verdicts(adhoc) == ["passed"], adhoc
+
+
+def test_what_the_program_sends_never_becomes_a_harness_error(pool):
+    program = ("class E(ValueError):\n    def __str__(self):\n        return 'e'\n"
+               "def big(*a):\n    raise E(10 ** 5000)\n"
+               "def odd(*a):\n    raise ValueError('\\ud800 lone surrogate')\n")
+    result = run(pool, program, "assert big()", "assert odd()", "assert big() == 1")
+    assert verdicts(result) == ["runtime_error"] * 3, result
+    assert "\\ud800" in result.tests[1].message
+    result.tests[1].message.encode("utf-8")  # safe to write to a file
+    forged = ("import os, marshal\nb = marshal.dumps(('load_error', 'program', 10 ** 5000), 2)\n"
+              "os.write(4, len(b).to_bytes(4, 'big') + b)\nos._exit(0)\n")
+    result = run(pool, forged, "assert f(1) == 1")
+    assert verdicts(result) == ["runtime_error"], result

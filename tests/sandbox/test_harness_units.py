@@ -35,6 +35,14 @@ def test_each_top_level_statement_with_an_assert_is_one_test():
     assert (count, candidate) == (3, None)
 
 
+def test_definitions_and_constant_asserts_are_not_tests():
+    source = ("def check(candidate):\n    def helper(x):\n        assert candidate(x)\n"
+              "    assert True, 'debug'\n    assert candidate(1) == 2\n    helper(3)\n")
+    assert prepare.instrument_check(source, "_hook")[1] == 1
+    nested_only = "def check(candidate):\n    def t(a):\n        assert candidate(a)\n    t(1)\n    t(2)\n"
+    assert prepare.instrument_check(nested_only, "_hook")[1] == 1  # the whole body is one test
+
+
 def test_a_trailing_check_call_gives_the_candidate_and_is_removed():
     source = "def check(candidate):\n    assert candidate(nums=[1]) == 1\n\n\ncheck(Solution().minOps)\n"
     module, count, candidate = prepare.instrument_check(source, "_hook")

@@ -1,7 +1,7 @@
 """Turn a task sample plus a program into a sandbox `Execution`, one function per test format.
 
   humaneval  ``prompt`` + completion, then ``test`` (defines ``check(candidate)``), then
-             ``check(<entry_point>)``. A completion that defines the entry point itself is
+             ``check(<entry_point>)``; the entry point is the only program name the tests use. A completion that defines the entry point itself is
              appended to the prompt (so the prompt's imports and helpers stay available); the
              prompt's helpers are restored before the tests run.
   mbpp       ``code`` then ``test_imports`` / ``test_setup_code``, then each of ``test_list`` (asserts)
@@ -110,7 +110,8 @@ def humaneval_execution(sample: dict[str, Any], code: str, options: dict[str, An
     if not entry_point.isidentifier():
         raise InputError(f"code reward (humaneval format): entry_point {entry_point!r} is not a Python name")
     return Execution(mode="function", program=humaneval_program(prompt, code, entry_point), check=test,
-                     candidate=entry_point, setup=prompt_helpers(prompt, entry_point), stop_on_failure=False)
+                     candidate=entry_point, setup=prompt_helpers(prompt, entry_point),
+                     program_names=(entry_point,), stop_on_failure=False)
 
 
 def mbpp_execution(sample: dict[str, Any], code: str, options: dict[str, Any]) -> Execution:
@@ -129,15 +130,16 @@ def mbpp_execution(sample: dict[str, Any], code: str, options: dict[str, Any]) -
                      program_names=reference_functions(sample.get("code")), stop_on_failure=False)
 
 
-def reference_functions(reference) -> tuple[str, ...]:
+def reference_functions(reference) -> tuple[str, ...] | None:
     """The functions and classes the task's reference solution defines: the names its tests call
-    from the program, even one that shadows a built-in (MBPP's task 126 is a function ``sum``)."""
+    from the program, even one that shadows a built-in (MBPP's task 126 is a function ``sum``).
+    None without a reference: then every name the tests read and do not define may be the program's."""
     if not isinstance(reference, str):
-        return ()
+        return None
     try:
         tree = ast.parse(reference)
     except SyntaxError:
-        return ()
+        return None
     return tuple(node.name for node in tree.body
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
@@ -151,7 +153,8 @@ def leetcode_execution(sample: dict[str, Any], code: str, options: dict[str, Any
                          "defines check(candidate)")
     prelude = options.get("prelude")
     return Execution(mode="function", program=code, check=tests, candidate=options.get("candidate"),
-                     prelude=LEETCODE_PRELUDE if prelude is None else str(prelude), stop_on_failure=False)
+                     prelude=LEETCODE_PRELUDE if prelude is None else str(prelude), program_names=(),
+                     stop_on_failure=False)
 
 
 def stdio_cases(sample: dict[str, Any]) -> list[dict[str, str]]:

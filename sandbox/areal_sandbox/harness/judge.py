@@ -198,10 +198,11 @@ class Judge:
         self.wanted: list[str] = []
         self.stand_ins = 0  # objects of the program the tests got stand-ins for (reported with `done`)
         self.objects: dict[int, ProgramObject] = {}
+        self.loaded = False
 
     # -- events for the supervisor --------------------------------------------------------------
     def send(self, kind: str, index: int = -1, verdict: str = "", message: str = "", count: int = 0) -> None:
-        line = json.dumps({"e": kind, "i": index, "v": verdict, "m": message[:2000], "n": count}) + "\n"
+        line = json.dumps({"e": kind, "i": index, "v": verdict, "m": _safe_text(message, 2000), "n": count}) + "\n"
         view = memoryview(line.encode())
         while view:
             try:
@@ -247,19 +248,19 @@ class Judge:
                 self._copy_back(changed, args, kwargs)
                 return result
             if status == "raise" and len(rest) == 5:
-                name, base, text = rest[0], rest[1], rest[2]
+                name, base, text = (_safe_text(item, 200) for item in rest[:3])
                 exc_args, changed = wire.unpack_value(rest[3], rest[4], self.stand_in)
                 self._copy_back(changed, args, kwargs)
-                raised = self._exception(str(name), str(base), str(text), exc_args)
+                raised = self._exception(name, base, text, exc_args)
             elif status == "nodata" and len(rest) == 1:
-                message = f"the program returned {rest[0]}, which cannot cross the process boundary"
+                message = f"the program returned {_safe_text(rest[0])}, which cannot cross the process boundary"
                 if self.flag is None:
                     self.flag = ("wrong_answer", message)
                 raised = NotDataReturned(message)
             else:
                 raised = None
-        except (wire.NotData, TypeError, ValueError) as exc:
-            self.gone(f"the program sent a reply that is not data: {exc}")
+        except Exception as exc:  # whatever the reply made the decoding or the copying-back raise
+            self.gone(f"the program sent a reply that is not data: {_describe(exc)}")
         if raised is None:
             self.gone("the program sent a reply of an unknown shape")
         raise raised
@@ -280,6 +281,10 @@ class Judge:
         kind = _EXCEPTIONS.get(base)
         if kind is None:
             return ProgramAborted(f"the program raised {text}")
+        if issubclass(kind, (StopIteration, StopAsyncIteration)):
+            # Raised here it would end the test's loop over map()/filter() early, and all() would
+            # pass: as in a generator (PEP 479), it becomes a RuntimeError.
+            return RuntimeError(f"the program raised {text}")
         if name != base:
             kind = type(name[:100] if name.isidentifier() else "ProgramError", (kind,), {"__module__": "program"})
         if type(exc_args) is not tuple:
@@ -302,7 +307,7 @@ class Judge:
         if exc is None:
             return "passed", ""
         if isinstance(exc, AssertionError):
-            text = str(exc)
+            text = _describe(exc).partition(": ")[2]
             return "wrong_answer", ("assertion failed: " + text) if text else "assertion failed"
         if isinstance(exc, MemoryError):
             return "memory_limit", "MemoryError"
@@ -340,7 +345,7 @@ class Judge:
         # the task says the program defines it (MBPP's task 126 tests a function called `sum`), so
         # that `sorted`, `abs` or `set` in a test always mean the built-ins.
         self.wanted = [name for name in job["names"] if name not in namespace
-                       and (not hasattr(builtins, name) or name in job["program_names"])]
+                       and (not hasattr(builtins, name) or name in (job["program_names"] or ()))]
         self.channel.send(("load", 0, {"prelude": job["prelude"], "setup": job["setup"], "program": job["program"],
                                        "candidate": job["candidate"], "candidate_text": job["candidate_text"],
                                        "names": self.wanted}))
@@ -349,6 +354,7 @@ class Judge:
             self._load_failed(loaded)
             return
         self._install(namespace, loaded[1])
+        self.loaded = True
         try:
             if job["candidate"] is not None:
                 self._run_check(namespace)
@@ -361,8 +367,10 @@ class Judge:
         self.send("done", count=self.stand_ins)
 
     def _load_failed(self, loaded) -> None:
-        stage, text = (loaded[1], loaded[2]) if (type(loaded) is tuple and len(loaded) == 3
-                                                  and loaded[0] == "load_error") else ("", "")
+        stage, text = (loaded[1], _safe_text(loaded[2])) if (type(loaded) is tuple and len(loaded) == 3
+                                                              and loaded[0] == "load_error") else ("", "")
+        if stage not in ("compile", "memory", "candidate", "program", "prelude", "setup"):
+            stage = ""
         if stage == "compile":
             self.fail_remaining("runtime_error", f"the program does not compile: {text}")
         elif stage == "memory":
@@ -378,23 +386,25 @@ class Judge:
         self.send("done")
 
     def _install(self, namespace: dict, kinds) -> None:
-        """Proxies for the program's functions the tests name; the genuine module for a module
-        name the tests use without importing it (MBPP's task 596 relies on the program's
-        ``import sys``). Constants of the program are not installed: a test that reads one fails
-        with a NameError rather than compare against a value the program chose."""
+        """Proxies for the program's functions the tests may call: the task's `program_names`
+        (all unbound names when it gives none); the genuine module for a module name the tests
+        use without importing it (MBPP's task 596 relies on the program's ``import sys``). Nothing
+        else: a helper the tests expect from the task (``is_same_list``) is never the program's,
+        and neither is a constant; a test reading one fails with a NameError."""
         if type(kinds) is not dict:
             self.gone("the program sent a reply of an unknown shape")
+        allowed = self.job["program_names"]
         for name, kind in kinds.items():
             if type(name) is not str or name not in self.wanted or type(kind) is not tuple or not kind:
                 continue
-            if kind == ("function",):
+            if kind == ("function",) and (allowed is None or name in allowed):
                 proxy = ProgramFunction(self.channel, name, name)
                 self.proxies[id(proxy)] = name
                 namespace[name] = proxy
             elif kind == ("module", name):
                 try:
                     namespace[name] = importlib.import_module(name)
-                except ImportError:
+                except Exception:
                     pass
 
     def _run_check(self, namespace: dict) -> None:
@@ -411,9 +421,15 @@ class Judge:
             failure = exc
         if failure is not None:
             verdict, message = self.verdict_of(failure)
+            if verdict == "passed":  # a stand-in flag consumed elsewhere; still a failure here
+                verdict, message = "runtime_error", _describe(failure)
             if self.current >= 0:
                 self.send("end", self.current, verdict, message)
                 self.reported.add(self.current)
+            else:
+                # A statement of check() that is not one of its tests failed (``if ...: raise``,
+                # a helper's assert): a check of the task failed, so no test of this run passes.
+                self.send("void", verdict=verdict, message=f"check() failed outside its tests: {message}")
             self.fail_remaining(verdict, f"not reached: check() stopped with {message}")
 
     def _run_statements(self, namespace: dict) -> None:
@@ -429,9 +445,23 @@ class Judge:
                 self.hook(index, "ok", None)
 
 
+def _safe_text(value, limit: int = 500) -> str:
+    """Text for a message, from anything the program's data can hold; never raises. Lone
+    surrogates are escaped (the verdicts end up in UTF-8 files), long text is cut."""
+    try:
+        text = value if type(value) is str else repr(value)
+    except Exception:  # an int past the digit limit of int-to-str conversion
+        text = f"<a {type(value).__name__} too large to show>"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 500 else text[:500] + "..."
+    try:
+        text = str(exc)
+    except Exception:
+        text = _safe_text(exc.args)
+    return _safe_text(f"{type(exc).__name__}: {text}")
 
 
 def main(job: dict, request_fd: int, reply_fd: int, event_fd: int) -> None:
@@ -440,5 +470,9 @@ def main(job: dict, request_fd: int, reply_fd: int, event_fd: int) -> None:
         judge.run()
     except ProgramGone as exc:
         judge.send("gone", judge.current, message=str(exc))
-    except BaseException as exc:  # a failure of this file, not of the program
-        judge.send("harness_error", message=f"the tests' process failed: {_describe(exc)}")
+    except BaseException as exc:
+        if judge.loaded:  # after the program loaded, only what it sent can get here: its failure
+            judge.send("gone", judge.current, message=f"the tests could not use what the program sent "
+                                                       f"({_describe(exc)})")
+        else:  # a failure of this file or of the task's own code, not of the program
+            judge.send("harness_error", message=f"the tests' process failed: {_describe(exc)}")

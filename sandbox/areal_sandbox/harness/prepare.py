@@ -10,14 +10,60 @@ import marshal
 import os
 
 
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
 def has_assert(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Assert) for n in ast.walk(node))
+    """True when the statement itself asserts something: asserts inside a nested function or
+    class only run when it is called (a definition passes nothing), and ``assert True`` or any
+    other constant checks nothing (HumanEval's 48 ``assert True, "..."`` lines)."""
+    if isinstance(node, _NESTED):
+        return False
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Assert) and not isinstance(item.test, ast.Constant):
+            return True
+        stack.extend(child for child in ast.iter_child_nodes(item) if not isinstance(child, _NESTED))
+    return False
+
+
+def _reported(stmts: list[ast.stmt], hook: str, index: int) -> list[ast.stmt]:
+    """`stmts` as test number `index`: a start event, then ok or the exception that stopped them."""
+    wrapped = ast.parse(
+        f"{hook}({index}, 'start', None)\n"
+        "try:\n    pass\n"
+        f"except BaseException as {hook}_exc:\n    {hook}({index}, 'error', {hook}_exc)\n"
+        f"else:\n    {hook}({index}, 'ok', None)\n"
+    ).body
+    wrapped[1].body = stmts
+    return wrapped
+
+
+def checks_between_tests(source: str) -> bool:
+    """True when check() has a statement that is not a test after its first test: such a statement
+    can fail the run after tests passed (judge.py's ``void``), so a run cut short before check()
+    finished must not keep those passes (the program could cut it short to escape the statement)."""
+    tree = ast.parse(source, "<tests>")
+    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    body = checks[-1].body if checks else []
+    tests = [index for index, stmt in enumerate(body) if has_assert(stmt)]
+    return bool(tests) and any(not has_assert(stmt) and not _inert(stmt) for stmt in body[tests[0] + 1:])
+
+
+def _inert(stmt: ast.stmt) -> bool:
+    """A statement that cannot fail: ``pass``, a bare constant, ``assert True, "..."``."""
+    if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+        return True
+    return isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
 
 
 def instrument_check(source: str, hook: str) -> tuple[ast.Module, int, str | None]:
     """Rewrite ``def check(candidate)`` so that each top-level statement holding an assert is one
-    test reported through `hook`; a trailing ``check(<expr>)`` call is removed and its argument
-    source returned as the candidate expression. Returns (module, number of tests, candidate)."""
+    test reported through `hook` (a check whose asserts all sit in helpers it defines is one test);
+    a trailing ``check(<expr>)`` call is removed and its argument source returned as the candidate
+    expression. Returns (module, number of tests, candidate). Any other statement of check() that
+    raises fails the whole run (judge.py): it is a check too (``if ...: raise``, a helper's assert)."""
     tree = ast.parse(source, "<tests>")
     candidate = None
     body = []
@@ -39,15 +85,10 @@ def instrument_check(source: str, hook: str) -> tuple[ast.Module, int, str | Non
         if not has_assert(stmt):
             new_body.append(stmt)
             continue
-        wrapped = ast.parse(
-            f"{hook}({count}, 'start', None)\n"
-            "try:\n    pass\n"
-            f"except BaseException as {hook}_exc:\n    {hook}({count}, 'error', {hook}_exc)\n"
-            f"else:\n    {hook}({count}, 'ok', None)\n"
-        ).body
-        wrapped[1].body = [stmt]
-        new_body.extend(wrapped)
+        new_body.extend(_reported([stmt], hook, count))
         count += 1
+    if count == 0:
+        new_body, count = _reported(list(check.body), hook, 0), 1
     check.body = new_body or [ast.Pass()]
     ast.fix_missing_locations(tree)
     return tree, count, candidate
@@ -82,7 +123,8 @@ def function_job(job: dict) -> dict:
         candidate = job.get("candidate") or parsed
         if not candidate:
             raise ValueError("no candidate: give `candidate` or end the test code with check(<expr>)")
-        trees: list[ast.AST] = [module]
+        trees: list[ast.AST] = [ast.parse(job["check"], "<tests>")]  # the names as written, no hook
+        all_or_nothing = checks_between_tests(job["check"])
         tests = [compile(module, "<tests>", "exec")]
         candidate_code = compile(candidate, "<candidate>", "eval")
     else:
@@ -91,16 +133,20 @@ def function_job(job: dict) -> dict:
         trees = [ast.parse(t, f"<test {i}>") for i, t in enumerate(sources)]
         tests = [compile(tree, f"<test {i}>", "exec") for i, tree in enumerate(trees)]
         candidate = candidate_code = None
+        all_or_nothing = False
     return {
         "program": job["program"],
         "prelude": compile(job.get("prelude") or "", "<prelude>", "exec"),
         "setup": compile(job.get("setup") or "", "<setup>", "exec"),
         "tests": tests,
         "names": free_names(trees),
-        "program_names": [str(name) for name in job.get("program_names") or []],
+        # None: every name the tests read and do not define may be the program's (ad-hoc tests);
+        # a list: only those (the data set formats), so a test's helper is never the program's.
+        "program_names": None if job.get("program_names") is None else [str(n) for n in job["program_names"]],
         "candidate": candidate_code,
         "candidate_text": candidate or "",
         "total": total,
+        "all_or_nothing": all_or_nothing,
         "hook": hook,
     }
 

@@ -586,6 +586,16 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
         cause = "runtime_error"
         message = ("the tests' process was stopped before the tests completed, which only the program can do "
                    f"(the program: {child.exit_description()})")
+    void = next((e for e in events if e["e"] == "void"), None)
+    if void is None and cause and not done and prepared["all_or_nothing"]:
+        # check() has checks between its tests and did not finish: the program may have cut the
+        # run short to escape one of them, so the tests it passed before do not count.
+        void = {"v": cause, "m": f"check() did not finish: {message}"}
+    if void is not None:  # check() failed outside its tests: no test of this run passes
+        for index, entry in enumerate(results):
+            if entry is not None and entry["verdict"] == "passed":
+                results[index] = {"verdict": void["v"] if void["v"] in VERDICTS else "runtime_error",
+                                  "message": str(void.get("m", ""))}
     # Tests reported before the run was cut short keep their verdicts; the rest get its cause. After
     # a timeout only the test that was running timed out; the ones after it never ran.
     for index in range(plan):

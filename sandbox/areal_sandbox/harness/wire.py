@@ -332,11 +332,22 @@ class StrictReader:
             raise NotData("a reply with bytes after its value")
 
 
+MAX_INT_DIGITS = 1 << 18  # 15-bit digits: integers of up to about 1.2 million decimal digits
+
+
 def _from_15_bit_digits(digits: memoryview, count: int) -> int:
-    value = 0
-    for index in range(count - 1, -1, -1):
-        value = (value << 15) | (digits[2 * index] | (digits[2 * index + 1] << 8))
-    return value
+    """The integer of marshal's 15-bit digits, least significant first. Halves are joined level by
+    level (n log n), so that a long integer cannot make the reader take quadratic time."""
+    if count > MAX_INT_DIGITS:
+        raise NotData(f"a reply with an integer of more than {MAX_INT_DIGITS} 15-bit digits")
+    values = [digits[2 * i] | (digits[2 * i + 1] << 8) for i in range(count)]
+    shift = 15
+    while len(values) > 1:
+        if len(values) % 2:
+            values.append(0)
+        values = [values[i] | (values[i + 1] << shift) for i in range(0, len(values), 2)]
+        shift *= 2
+    return values[0] if values else 0
 
 
 def strict_loads(data: bytes):
