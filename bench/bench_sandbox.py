@@ -4,10 +4,10 @@
     python bench/bench_sandbox.py --problems 164 --concurrency 1 2 --rounds 3
     python bench/bench_sandbox.py --against docker-run             # warm pool vs `docker run` per execution
 
-`--against baseline` (the default) measures this checkout's sandbox against the sandbox package of
-an older commit (`--baseline-ref`; by default the last one whose function-mode tests ran inside the
-program's interpreter). That package is taken with `git archive` into a temporary directory, its
-own image is built from it (tag ``areal-sandbox:baseline-REF``, kept), and it is run in a child
+`--against baseline` (the default) measures this checkout's sandbox against the sandbox package (and
+the code plugin's test formats) of an older commit (`--baseline-ref`; by default the last one whose
+function-mode tests ran inside the program's interpreter). They are taken with `git archive` into a
+temporary directory, an image is built from that harness (tag ``areal-sandbox:baseline-REF``, kept), and it is run in a child
 process with that directory first on PYTHONPATH. Both use the same data, limits, pool size and
 machine; rounds alternate (baseline, current, baseline, ...) so that the machine's drift hits both.
 
@@ -76,13 +76,14 @@ def worker(args) -> int:
 class Contender:
     """A sandbox package to measure: this checkout's, or an older commit's."""
 
-    def __init__(self, label: str, image: str, backend: str = "pool", package_dir: Path | None = None) -> None:
-        self.label, self.image, self.backend, self.package_dir = label, image, backend, package_dir
+    def __init__(self, label: str, image: str, backend: str = "pool", package_dirs: list[Path] = ()) -> None:
+        self.label, self.image, self.backend, self.package_dirs = label, image, backend, list(package_dirs)
 
     def run(self, args, concurrency: int) -> dict:
         env = dict(os.environ)
-        if self.package_dir is not None:
-            env["PYTHONPATH"] = os.pathsep.join([str(self.package_dir)] + [p for p in [env.get("PYTHONPATH")] if p])
+        if self.package_dirs:
+            env["PYTHONPATH"] = os.pathsep.join([str(p) for p in self.package_dirs]
+                                                + [p for p in [env.get("PYTHONPATH")] if p])
         command = [sys.executable, __file__, "--worker", "--image", self.image, "--backend", self.backend,
                    "--problems", str(args.problems), "--concurrency", str(concurrency), "--data-dir", str(args.data_dir)]
         out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
@@ -91,13 +92,14 @@ class Contender:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def baseline_package(ref: str, scratch: Path) -> Path:
-    """The `sandbox/` directory of commit `ref`, extracted (git archive) under `scratch`."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sandbox"], capture_output=True)
+def baseline_packages(ref: str, scratch: Path) -> list[Path]:
+    """The `sandbox/` and `plugins/code/` directories of commit `ref` (the sandbox and the code
+    plugin's test formats of that time), extracted with git archive under `scratch`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sandbox", "plugins/code"], capture_output=True)
     if archive.returncode != 0:
-        raise SystemExit(f"git archive {ref} sandbox failed: {archive.stderr.decode()[-500:]}")
+        raise SystemExit(f"git archive {ref} sandbox plugins/code failed: {archive.stderr.decode()[-500:]}")
     subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
-    return scratch / "sandbox"
+    return [scratch / "sandbox", scratch / "plugins" / "code"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.against == "baseline":
             other = Contender(f"baseline {args.baseline_ref} (tests in the program's process)",
                               f"areal-sandbox:baseline-{args.baseline_ref}",
-                              package_dir=baseline_package(args.baseline_ref, Path(scratch)))
+                              package_dirs=baseline_packages(args.baseline_ref, Path(scratch)))
         else:
             other = Contender("docker run per execution", args.image, backend="run")
         rows = []

@@ -6,8 +6,8 @@ once, before the tests' process is forked (judge.py). Standard library only.
 from __future__ import annotations
 
 import ast
+import functools
 import marshal
-import os
 
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -40,11 +40,10 @@ def _reported(stmts: list[ast.stmt], hook: str, index: int) -> list[ast.stmt]:
     return wrapped
 
 
-def checks_between_tests(source: str) -> bool:
+def checks_between_tests(tree: ast.Module) -> bool:
     """True when check() has a statement that is not a test after its first test: such a statement
     can fail the run after tests passed (judge.py's ``void``), so a run cut short before check()
     finished must not keep those passes (the program could cut it short to escape the statement)."""
-    tree = ast.parse(source, "<tests>")
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     body = checks[-1].body if checks else []
     tests = [index for index, stmt in enumerate(body) if has_assert(stmt)]
@@ -114,41 +113,56 @@ def free_names(trees: list[ast.AST]) -> list[str]:
     return sorted(loaded - bound)
 
 
-def function_job(job: dict) -> dict:
-    """Everything the tests' process needs (it is forked from the supervisor, so it gets code
-    objects, not bytes). Raises ValueError/SyntaxError when the tests themselves are broken."""
-    hook = "_areal_hook_" + os.urandom(8).hex()
-    if job.get("check") is not None:
-        module, total, parsed = instrument_check(job["check"], hook)
-        candidate = job.get("candidate") or parsed
+# The tests' process cannot be reached by the program, so the hook's name need not be secret: one
+# name lets prepared tests be reused (a group of responses to one prompt shares its tests).
+HOOK = "_areal_test_hook"
+
+
+@functools.lru_cache(maxsize=256)
+def prepared_tests(check: str | None, candidate: str | None, tests: tuple[str, ...] | None,
+                   prelude: str, setup: str) -> dict:
+    """The compiled, instrumented tests of a job (everything but the program); cached."""
+    if check is not None:
+        module, total, parsed = instrument_check(check, HOOK)
+        candidate = candidate or parsed
         if not candidate:
             raise ValueError("no candidate: give `candidate` or end the test code with check(<expr>)")
-        trees: list[ast.AST] = [ast.parse(job["check"], "<tests>")]  # the names as written, no hook
-        all_or_nothing = checks_between_tests(job["check"])
-        tests = [compile(module, "<tests>", "exec")]
+        original = ast.parse(check, "<tests>")  # the names as written, without the hook
+        names, all_or_nothing = free_names([original]), checks_between_tests(original)
+        compiled = [compile(module, "<tests>", "exec")]
         candidate_code = compile(candidate, "<candidate>", "eval")
     else:
-        sources = job.get("tests") or []
-        total = len(sources)
-        trees = [ast.parse(t, f"<test {i}>") for i, t in enumerate(sources)]
-        tests = [compile(tree, f"<test {i}>", "exec") for i, tree in enumerate(trees)]
+        total = len(tests or ())
+        trees = [ast.parse(t, f"<test {i}>") for i, t in enumerate(tests or ())]
+        names, all_or_nothing = free_names(trees), False
+        compiled = [compile(tree, f"<test {i}>", "exec") for i, tree in enumerate(trees)]
         candidate = candidate_code = None
-        all_or_nothing = False
     return {
-        "program": job["program"],
-        "prelude": compile(job.get("prelude") or "", "<prelude>", "exec"),
-        "setup": compile(job.get("setup") or "", "<setup>", "exec"),
-        "tests": tests,
-        "names": free_names(trees),
-        # None: every name the tests read and do not define may be the program's (ad-hoc tests);
-        # a list: only those (the data set formats), so a test's helper is never the program's.
-        "program_names": None if job.get("program_names") is None else [str(n) for n in job["program_names"]],
+        "prelude": compile(prelude, "<prelude>", "exec"),
+        "setup": compile(setup, "<setup>", "exec"),
+        "tests": compiled,
+        "names": names,
         "candidate": candidate_code,
         "candidate_text": candidate or "",
         "total": total,
         "all_or_nothing": all_or_nothing,
-        "hook": hook,
+        "hook": HOOK,
     }
+
+
+def function_job(job: dict) -> dict:
+    """Everything the tests' process needs (it is forked from the supervisor, so it gets code
+    objects, not bytes). Raises ValueError/SyntaxError when the tests themselves are broken."""
+    tests = job.get("tests")
+    prepared = dict(prepared_tests(job.get("check"), job.get("candidate"),
+                                   None if tests is None else tuple(str(t) for t in tests),
+                                   job.get("prelude") or "", job.get("setup") or ""))
+    prepared["program"] = job["program"]
+    # None: every name the tests read and do not define may be the program's (ad-hoc tests);
+    # a list: only those (the data set formats), so a test's helper is never the program's.
+    names = job.get("program_names")
+    prepared["program_names"] = None if names is None else [str(n) for n in names]
+    return prepared
 
 
 def stdio_payload(program: str, token: str) -> bytes:
