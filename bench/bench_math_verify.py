@@ -1,10 +1,13 @@
 """Accuracy and speed of the `math` verifier (areal-math) against Hugging Face math-verify, side by side.
 
-Two sets, both scored by both verifiers in this one process:
+Three sets, all scored by both verifiers in this one process:
   golden   the labelled golden set of tests/math/math_golden_cases.py (reference, response, verdict)
   math500  MATH-500 self-consistency: every reference r against "... \\boxed{r}" (should be correct)
            and against the next reference in the file (should be wrong unless the two are
            equivalent by the hand-made list EQUIVALENT_REFERENCES in the golden module)
+  mv-suite math-verify's own regression cases (tests/math/data/math_verify_cases.json): areal-math
+           scores each prediction against the case's reference in both grading modes, lenient and
+           strict; math-verify parses the gold and the prediction as its own test does
 
 A verdict counts as right when the verifier's reward (1 correct, 0 otherwise; a verifier error is 0)
 matches the label. Throughput is verifications per second over the whole set, one process, one thread,
@@ -59,23 +62,33 @@ def math500_set(data_dir: Path, golden) -> list[tuple[str, str, bool]]:
     return items
 
 
-def ours() -> Callable[[str, str], bool]:
+def mv_suite_set() -> list[tuple[str, str, bool, str]]:
+    cases = json.loads((REPO / "tests" / "math" / "data" / "math_verify_cases.json").read_text())["cases"]
+    return [(c["reference"], c["pred"], bool(c["expected"]), c["gold"]) for c in cases]
+
+
+def ours(mode: str = "lenient") -> Callable[..., bool]:
     from areal_math import verify
 
-    def run(reference: str, response: str) -> bool:
-        return verify(reference, response).score > 0
+    def run(reference: str, response: str, gold: str | None = None) -> bool:
+        return verify(reference, response, extract=mode).score > 0
 
     return run
 
 
-def hf_math_verify() -> Callable[[str, str], bool]:
-    from math_verify import parse, verify
+def hf_math_verify() -> Callable[..., bool]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    def run(reference: str, response: str) -> bool:
+    targets = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+
+    def run(reference: str, response: str, gold: str | None = None) -> bool:
         try:
-            gold = parse("$" + reference + "$")
-            answer = parse(response)
-            return bool(verify(gold, answer))
+            if gold is None:
+                parsed_gold = parse("$" + reference + "$")
+                answer = parse(response)
+            else:  # as math-verify's own test does: both sides through the same extraction
+                parsed_gold, answer = parse(gold, targets), parse(response, targets)
+            return bool(verify(parsed_gold, answer))
         except Exception:
             return False
 
@@ -91,9 +104,9 @@ def measure(fn: Callable[[str, str], bool], items: list[tuple[str, str, bool]], 
     for _ in range(repeat):
         reset()
         start = time.perf_counter()
-        verdicts = [fn(ref, resp) for ref, resp, _ in items]
+        verdicts = [fn(ref, resp, *rest) for ref, resp, _, *rest in items]
         times.append(time.perf_counter() - start)
-        wrong = [i for i, (v, (_, _, label)) in enumerate(zip(verdicts, items)) if v != label]
+        wrong = [i for i, (v, item) in enumerate(zip(verdicts, items)) if v != item[2]]
     return 1 - len(wrong) / len(items), len(items) / times[0], len(items) / min(times), wrong
 
 
@@ -113,7 +126,7 @@ def main() -> None:
     golden = load_golden()
     # golden-nohuge: without the huge-value cases, where math-verify waits for its own 5 s timeout
     sets = {"golden": golden_set(golden), "golden-nohuge": golden_set(golden, skip=("huge",)),
-            "math500": math500_set(args.data_dir, golden)}
+            "math500": math500_set(args.data_dir, golden), "mv-suite": mv_suite_set()}
     from sympy.core.cache import clear_cache
 
     def reset_ours() -> None:
@@ -121,7 +134,8 @@ def main() -> None:
         clear_cache()
 
     # SymPy's own cache is cleared before every pass of either verifier: each pass starts cold
-    verifiers = {"areal-math": (ours(), reset_ours), "math-verify": (hf_math_verify(), clear_cache)}
+    verifiers = {"areal-math": (ours(), reset_ours), "math-verify": (hf_math_verify(), clear_cache),
+                 "areal strict": (ours("strict"), reset_ours)}
     for fn, reset in verifiers.values():  # warm up imports and lazy initialisation outside the timing
         fn("1", "\\boxed{1}")
 
@@ -129,20 +143,25 @@ def main() -> None:
     results: dict[tuple[str, str], tuple[float, float, float, list[int]]] = {}
     for set_name, items in sets.items():
         for name, (fn, reset) in verifiers.items():
+            if name == "areal strict" and set_name != "mv-suite":
+                continue  # the other sets' labels are lenient judgements
             results[(set_name, name)] = measure(fn, items, args.repeat, reset)
             acc, first, best, _ = results[(set_name, name)]
             print(f"{set_name:<14} {len(items):>6} {name:<12} {acc:>9.2%} {first:>14.1f} {best:>13.1f}", flush=True)
     print()
     for set_name in sets:
-        a_acc, a_first, a_best, _ = results[(set_name, "areal-math")]
         m_acc, m_first, m_best, _ = results[(set_name, "math-verify")]
-        print(f"{set_name}: accuracy areal-math {a_acc:.2%} vs math-verify {m_acc:.2%}; throughput ratio "
-              f"areal-math/math-verify = {a_first / m_first:.1f}x (first pass), {a_best / m_best:.1f}x (best pass)")
+        for name in ("areal-math", "areal strict"):
+            if (set_name, name) not in results:
+                continue
+            a_acc, a_first, a_best, _ = results[(set_name, name)]
+            print(f"{set_name}: accuracy {name} {a_acc:.2%} vs math-verify {m_acc:.2%}; throughput ratio "
+                  f"{name}/math-verify = {a_first / m_first:.1f}x (first pass), {a_best / m_best:.1f}x (best pass)")
     for (set_name, name), (_, _, _, wrong) in results.items():
         if wrong and args.show_wrong:
             print(f"\n{name} misjudged {len(wrong)} of {set_name}:")
             for i in wrong[:args.show_wrong]:
-                ref, resp, label = sets[set_name][i]
+                ref, resp, label = sets[set_name][i][:3]
                 print(f"  expected {'correct' if label else 'wrong'}: reference {ref!r}, response {resp[-80:]!r}")
     print("\nreproduce: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_math_verify.py"
           f" --repeat {args.repeat}")

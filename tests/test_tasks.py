@@ -243,3 +243,28 @@ def test_naming_the_plugin_of_a_reward_changes_neither_the_task_identity_nor_the
     plain = task_spec_from_dict(base, "t")
     assert named.content() == plain.content() == plain.to_dict()
     assert named.to_dict()["reward"] == {"name": "math", "options": {"k": 1}, "plugin": "areal-math"}
+
+
+def test_grading_modes_default_to_strict_for_training_and_lenient_for_evals():
+    from areal_core.errors import ConfigError
+    from areal_core.rewards.registry import graded_options
+    from areal_core.tasks import get_task
+
+    math500 = get_task("math500").spec.reward
+    assert (math500.mode_for("train"), math500.mode_for("eval")) == ("strict", "lenient")
+    assert graded_options("math", math500.options, math500.mode_for("train")) == ({"extract": "strict"}, "strict")
+    # the task's and the command line's options win over the mode's
+    assert graded_options("math", {"extract": "none"}, "lenient", {"rel_tol": 0.01}) == (
+        {"extract": "none", "rel_tol": 0.01}, "lenient")
+    # a reward without modes is graded one way, whatever the use
+    assert graded_options("countdown", {}, "strict") == ({}, None)
+    with pytest.raises(ConfigError, match="reward 'math' has no grading mode 'loose' \\(it has: strict, lenient\\)"):
+        graded_options("math", {}, "loose")
+
+
+def test_a_task_spec_chooses_its_grading_modes(tmp_path):
+    base = {"name": "t", "dataset": {"path": "x/test.jsonl"}, "prompt": {"template": "{{ q }}"}}
+    spec = task_spec_from_dict({**base, "reward": {"name": "math", "modes": {"eval": "strict"}}}, "t")
+    assert (spec.reward.mode_for("train"), spec.reward.mode_for("eval")) == ("strict", "strict")
+    with pytest.raises(TaskSpecError, match="reward.modes: unknown use\\(s\\) score; expected train and/or eval"):
+        task_spec_from_dict({**base, "reward": {"name": "math", "modes": {"score": "strict"}}}, "t")

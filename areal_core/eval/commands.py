@@ -58,6 +58,10 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 @click.option("--force", is_flag=True, help="Run again even when an identical eval is already stored.")
 @click.option("--reward-option", "reward_options", multiple=True, metavar="KEY=VALUE",
               help="Reward option over the task's (repeatable; value read as YAML), e.g. image=areal-sandbox:latest.")
+@click.option("--grading", "reward_mode", type=click.Choice(["lenient", "strict"]),
+              help="Grading mode of a reward that has modes (math): lenient, the eval default, reads the answer as "
+                   "models write it; strict, the training default, only in the form the prompt asked for. "
+                   "Default: the task spec's reward.modes.eval, else lenient.")
 @click.option("--reward-workers", default=2, show_default=True, type=click.IntRange(1), help="Reward worker processes.")
 @click.option("--reward-timeout", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds one sample's scoring may take; past it the sample gets a verifier error.")
@@ -77,7 +81,7 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
                  seed: int, name: str | None, db: str | None, output_dir: Path, force: bool,
                  reward_options: tuple[str, ...], reward_workers: int, reward_timeout: float, reward_backend: str,
                  broker: str, tokenizer_path: str | None, concurrency: int, torch_threads: int | None,
-                 quiet: bool) -> None:
+                 quiet: bool, reward_mode: str | None = None) -> None:
     """Evaluate a model on tasks: n samples per problem, scored by the tasks' rewards; pass@k (unbiased
     estimator), avg@n, maj@k (answer-based tasks) and greedy accuracy, with standard errors.
 
@@ -119,7 +123,8 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
 
         results = asyncio.run(run_evals(
             ref, tasks, store, requested=requested, reward_service=service, output_dir=output_dir, name=name,
-            force=force, reward_options=parse_options(reward_options), tokenizer_path=tokenizer_path,
+            force=force, reward_options=parse_options(reward_options), reward_mode=reward_mode,
+            tokenizer_path=tokenizer_path,
             max_running_requests=concurrency, torch_threads=torch_threads, concurrency=concurrency,
             echo=click.echo, progress=progress))
         for result in results:

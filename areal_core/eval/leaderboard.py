@@ -117,14 +117,19 @@ def overview_rows(board: Leaderboard) -> list[list[str]]:
     return rows
 
 
+def grading_mode(run: RunRecord) -> str:
+    """How a run was graded (strict or lenient, for a reward with modes; "-" otherwise)."""
+    return str(((run.manifest or {}).get("reward") or {}).get("mode") or "-")
+
+
 def task_rows(board: Leaderboard, task: str) -> tuple[list[str], list[list[str]]]:
     names = board.metric_names(task)
-    header = ["rank", "model", *names, "errors", "settings", "run"]
+    header = ["rank", "model", *names, "errors", "grading", "settings", "run"]
     rows = []
     for rank, standing, run in board.ranked(task):
         errors = (run.metrics or {}).get("errors", 0)
         where = f"#{run.id}" + (f" (train step {run.step})" if run.source == "train" else "")
-        rows.append([str(rank), standing.label, *(_run_cell(run, n) for n in names), str(errors),
+        rows.append([str(rank), standing.label, *(_run_cell(run, n) for n in names), str(errors), grading_mode(run),
                      run.settings.describe() + f", k={','.join(map(str, run.settings.k))}", where])
     return header, rows
 
@@ -172,6 +177,7 @@ def to_json(board: Leaderboard) -> dict[str, Any]:
             "rank": s.rank, "model": s.model, "model_hash": s.model_hash, "average": s.average,
             "tasks": {task: {"run_id": run.id, "rank": next(r for r, st, _ in board.ranked(task) if st is s),
                              "metrics": run.metrics, "settings": run.settings.to_dict(), "decoding": run.settings.decoding,
+                             "grading": grading_mode(run),
                              "source": run.source, "step": run.step, "date": run.finished_at or run.created_at}
                       for task, run in s.runs.items()},
         } for s in board.standings],

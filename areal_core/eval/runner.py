@@ -53,14 +53,25 @@ class TaskResult:
 
 
 # -- generation and scoring --------------------------------------------------------------------------
+def eval_reward_options(task: Task, reward_options: dict[str, Any] | None = None,
+                        reward_mode: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """The options an eval scores `task` with, and its grading mode: `reward_mode`, else the task spec's
+    mode for evals (lenient unless it says otherwise), for a reward that has modes."""
+    from areal_core.rewards.registry import graded_options
+
+    reward = task.spec.reward
+    return graded_options(reward.name, reward.options, reward_mode or reward.mode_for("eval"), reward_options)
+
+
 async def generate_and_score(source: ResponseSource, task: Task, problems: list[dict[str, Any]],
                              settings: EvalSettings, rewards: Any, *, reward_options: dict[str, Any] | None = None,
+                             reward_mode: str | None = None,
                              skip: set[tuple[str, int]] = frozenset(), on_sample: Callable[[EvalSample], None] | None = None,
                              concurrency: int = 64) -> list[EvalSample]:
     """Respond to and score every (problem, sample index) not in `skip`; `on_sample` sees each scored sample
     as it completes. The first failure (e.g. the engine is unreachable) cancels the rest and is raised."""
     reward = task.spec.reward
-    options = {**reward.options, **(reward_options or {})}
+    options, _ = eval_reward_options(task, reward_options, reward_mode)
     slots = asyncio.Semaphore(concurrency)
 
     async def one(problem_index: int, sample: dict[str, Any], sample_index: int) -> EvalSample:
@@ -148,13 +159,16 @@ def plugin_versions() -> dict[str, str | None]:
 
 
 def build_manifest(*, model: str, model_ref: str, model_hash: str, task: Task, settings: EvalSettings,
-                   reward_options: dict[str, Any], store: ResultsStore) -> dict[str, Any]:
+                   reward_options: dict[str, Any], store: ResultsStore, reward_mode: str | None = None) -> dict[str, Any]:
     """Everything needed to tell what an eval was and to reproduce it; `key` hashes the part that decides
     its samples and their scores: model, task, data, reward with its options and its plugin's version,
     settings (not the date, the name given to the model, other plugins or the code commit)."""
     from areal_core.rewards.registry import reward_registry
 
-    reward = {"name": task.spec.reward.name, "options": {**task.spec.reward.options, **reward_options}}
+    options, mode = eval_reward_options(task, reward_options, reward_mode)
+    reward = {"name": task.spec.reward.name, "options": options}
+    if mode is not None:
+        reward["mode"] = mode  # the grading mode (strict or lenient): shown by the leaderboard
     plugins = plugin_versions()
     provider = reward_registry().get(reward["name"]).plugin
     reward["plugin"] = f"{provider} {plugins.get(provider) or ''}".strip()  # a new verifier version is a new eval
@@ -207,7 +221,8 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
                     reward_service: Any, output_dir: Path, name: str | None = None, force: bool = False,
                     reward_options: dict[str, Any] | None = None, tokenizer_path: str | None = None,
                     max_running_requests: int = 64, torch_threads: int | None = None, concurrency: int = 64,
-                    echo: Callable[[str], None] = print, progress: Progress | None = None) -> list[TaskResult]:
+                    echo: Callable[[str], None] = print, progress: Progress | None = None,
+                    reward_mode: str | None = None) -> list[TaskResult]:
     """`areal eval`: evaluate one model on each task, reusing identical finished runs and resuming
     unfinished ones. requested: n, k, temperature, top_p, max_new_tokens, limit, seed (None: task default)."""
     from areal_core.rewards import RewardService
@@ -228,7 +243,8 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
         for task in tasks:
             settings = source.settings(task, **requested) if source is not None else resolve_settings(task, **requested)
             manifest = build_manifest(model=name, model_ref=str(ref), model_hash=model_hash, task=task,
-                                      settings=settings, reward_options=reward_options, store=store)
+                                      settings=settings, reward_options=reward_options, store=store,
+                                      reward_mode=reward_mode)
             problems = task.samples()[: settings.limit or None]
             plans.append(_Plan(task, settings, problems, manifest, store.find_run(manifest["key"])))
         pending = [p for p in plans if force or p.existing is None or not p.existing.finished]
@@ -243,7 +259,7 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
             for plan in plans:
                 results.append(await _run_plan(plan, source, service, store, name=name, force=force,
                                                reward_options=reward_options, concurrency=concurrency, echo=echo,
-                                               progress=progress))
+                                               progress=progress, reward_mode=reward_mode))
                 result = results[-1]
                 result.details_path = write_details(result, output_dir / _slug(name), plan.task.name)
                 _notify(name, result)
@@ -257,7 +273,7 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
 
 async def _run_plan(plan: _Plan, source: ResponseSource | None, rewards: Any, store: ResultsStore, *, name: str,
                     force: bool, reward_options: dict[str, Any], concurrency: int,
-                    echo: Callable[[str], None], progress: Progress | None) -> TaskResult:
+                    echo: Callable[[str], None], progress: Progress | None, reward_mode: str | None = None) -> TaskResult:
     task, settings, existing = plan.task, plan.settings, plan.existing
     total = len(plan.problems) * settings.n
     if existing is not None and existing.finished and not force:
@@ -288,7 +304,7 @@ async def _run_plan(plan: _Plan, source: ResponseSource | None, rewards: Any, st
 
         assert source is not None
         await generate_and_score(source, task, plan.problems, settings, rewards, reward_options=reward_options,
-                                 skip=done, on_sample=keep, concurrency=concurrency)
+                                 reward_mode=reward_mode, skip=done, on_sample=keep, concurrency=concurrency)
     samples = store.samples(run_id)
     metrics = compute_metrics(plan.problems, settings, samples)
     store.finish_run(run_id, metrics, settings)

@@ -32,7 +32,7 @@ def register_rewards(register: Callable[..., None]) -> None:
     """Register reward functions. Called once when the reward registry is first built (in every
     process that scores: the CLI, each reward worker, each Celery worker).
 
-    Call ``register(name, fn, *, required_fields=(), description="")`` once per reward, where ``fn`` is
+    Call ``register(name, fn, *, required_fields=(), description="", modes={})`` once per reward, where ``fn`` is
 
         fn(sample: dict, response: str, **options) -> RewardResult | bool | float
 
@@ -40,6 +40,9 @@ def register_rewards(register: Callable[..., None]) -> None:
     ``options`` the reward options of the task spec or the command line. ``fn`` must be importable at
     module level (rewards are found by name in other processes). ``required_fields`` are sample
     fields the reward needs; inputs lacking one are rejected before scoring with an error naming it.
+    ``modes`` names grading modes and the options each stands for (the math reward: ``{"strict":
+    {"extract": "strict"}, "lenient": {"extract": "lenient"}}``): ``areal train`` grades in ``strict``
+    and ``areal eval`` in ``lenient`` unless the task spec's ``reward.modes`` says otherwise.
     """
 
 

@@ -31,10 +31,13 @@ import click
               help="Celery queue to send the rows to (workers choose theirs with `areal worker --queues`).")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1),
               help="Rows per Celery task (batching hides the broker round trip).")
+@click.option("--grading", "mode", type=click.Choice(["lenient", "strict"]),
+              help="Grading mode of a reward that has modes (math): lenient (as evals grade) or strict (as "
+                   "training grades). Default: the reward's own defaults.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score_command(reward: str, input_path: Path, output_path: Path | None, workers: int, timeout: float,
                   options: tuple[str, ...], backend: str, broker: str, result_backend: str | None, queue: str,
-                  batch_size: int, quiet: bool) -> None:
+                  batch_size: int, quiet: bool, mode: str | None = None) -> None:
     """Score a JSONL file of responses with a reward, with a per-row timeout: in a local process pool,
     or on Celery workers (`areal worker`) with --backend celery."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -43,8 +46,10 @@ def score_command(reward: str, input_path: Path, output_path: Path | None, worke
     from areal_core.rewards.config import RewardServiceConfig
     from areal_core.rewards.score import read_score_input, score_rows, summarise, write_scored
 
+    from areal_core.rewards.registry import graded_options
+
     rows = read_score_input(input_path, reward)
-    reward_options = parse_options(options)
+    reward_options, _ = graded_options(reward, {}, mode, parse_options(options))
     service = RewardServiceConfig(backend=backend, workers=workers, timeout=timeout, broker_url=broker,
                                   result_backend=result_backend, queue=queue, batch_size=batch_size)
     with Progress(TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from areal_core.errors import InputError
@@ -32,6 +32,10 @@ class RewardSpec:
     plugin: str
     required_fields: tuple[str, ...] = ()
     description: str = ""
+    # Grading modes: the options each one stands for, e.g. math's {"strict": {"extract": "strict"},
+    # "lenient": {"extract": "lenient"}}. Training uses "strict" and evals "lenient" unless the task
+    # spec says otherwise (`reward.modes`); a reward without modes is graded one way.
+    modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def missing_fields(self, sample: Mapping[str, Any]) -> list[str]:
         return [f for f in self.required_fields if f not in sample]

@@ -5,18 +5,40 @@ worker), so a reward is found by name wherever it runs.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
-from areal_core.errors import PluginError
+from areal_core.errors import ConfigError, PluginError
 from areal_core.plugins import Registry, get_plugin_manager
 from areal_core.rewards.contract import RewardSpec
 
 
+GRADING_USES = ("train", "eval")
+DEFAULT_MODES = {"train": "strict", "eval": "lenient"}
+
+
 def reward_registry() -> Registry[RewardSpec]:
     def make(plugin: str, name: str, fn: Callable[..., Any], *, required_fields: Iterable[str] = (),
-             description: str = "") -> tuple[str, RewardSpec]:
+             description: str = "", modes: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[str, RewardSpec]:
         if not callable(fn):
             raise PluginError(f"plugin {plugin!r}: reward {name!r} is not callable")
-        return name, RewardSpec(name, fn, plugin, tuple(required_fields), description)
+        modes = dict(modes or {})
+        if not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in modes.items()):
+            raise PluginError(f"plugin {plugin!r}: reward {name!r}: modes must map a mode name to its options")
+        return name, RewardSpec(name, fn, plugin, tuple(required_fields), description,
+                                {k: dict(v) for k, v in modes.items()})
 
     return get_plugin_manager().registry("register_rewards", "reward", make)
+
+
+def graded_options(name: str, options: Mapping[str, Any], mode: str | None,
+                   overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """The options a reward is called with in a grading `mode`, and the mode that applied (None for a
+    reward without modes): the mode's options, then the task spec's, then `overrides` (the command
+    line). A mode the reward does not have is a ConfigError naming the ones it has."""
+    spec = reward_registry().get(name)
+    merged = {**dict(options), **dict(overrides or {})}
+    if not spec.modes or mode is None:
+        return merged, None
+    if mode not in spec.modes:
+        raise ConfigError(f"reward {name!r} has no grading mode {mode!r} (it has: {', '.join(spec.modes)})")
+    return {**spec.modes[mode], **merged}, mode

@@ -86,7 +86,12 @@ class RolloutController:
         self.tokenizer = tokenizer
         self.config = config
         self.on_trajectory = on_trajectory
-        self.reward_options = {**task.spec.reward.options, **(reward_options or {})}
+        from areal_core.rewards.registry import graded_options
+
+        # Training grades in the task's train mode (strict unless the spec says otherwise): what the
+        # prompt asked for, or nothing; rewarding the format is part of the task.
+        self.reward_options, self.reward_mode = graded_options(
+            task.spec.reward.name, task.spec.reward.options, task.spec.reward.mode_for("train"), reward_options)
         self.version = 0
         self.submitted = start_prompt
         self.replay_buffer = ReplayBuffer()

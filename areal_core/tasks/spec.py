@@ -18,6 +18,7 @@ by a plugin. Example::
       messages:
         - {role: user, content: "{{ question }}\\nPut the final answer in \\\\boxed{}."}
     reward: {name: math, options: {}, plugin: areal-math}   # plugin: what to install when it is missing
+    # reward.modes: {train: strict, eval: lenient} picks the grading mode per use (the defaults)
     eval: {n: 4, k: [1, 4], temperature: 0.6, max_new_tokens: 1024}
 
 Or a generated dataset: ``dataset: {generator: arithmetic, seed: 0, size: 1000, options: {digits: 3}}``.
@@ -106,6 +107,18 @@ class RewardRef:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     plugin: str | None = None
+    # The grading mode per use, for a reward that has modes (math: strict, lenient), e.g.
+    # {train: strict, eval: lenient} (the defaults); a use left out keeps its default.
+    modes: dict[str, str] | None = None
+
+    def validate(self) -> None:
+        unknown = sorted(set(self.modes or {}) - {"train", "eval"})
+        if unknown:
+            raise ValueError(f"reward.modes: unknown use(s) {', '.join(unknown)}; expected train and/or eval")
+
+    def mode_for(self, use: str) -> str:
+        """The grading mode of this task's reward in `use` ("train" or "eval")."""
+        return (self.modes or {}).get(use) or {"train": "strict", "eval": "lenient"}[use]
 
 
 @dataclass(frozen=True)

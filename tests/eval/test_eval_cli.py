@@ -52,6 +52,36 @@ def test_math500_reference_solutions_replayed_are_right_but_for_one_with_two_box
     assert "math500: 499 correct, 1 wrong, 0 verifier errors" in run.stdout
 
 
+def test_grading_modes_lenient_for_evals_strict_on_request_recorded_and_shown(areal, eval_env, data_dir, tmp_path):
+    """MATH-500 answered the way Minerva-style models write (no box): an eval grades them leniently
+    by default and they are right; graded strictly (as training grades: a box, as the prompt asks,
+    or nothing) they are not. The two are separate runs; each manifest records its mode and the
+    leaderboard shows it."""
+    rows = [json.loads(line) for line in (data_dir / "math500" / "test.jsonl").read_text().splitlines()][:20]
+    replay = tmp_path / "minerva.jsonl"
+    replay.write_text("".join(json.dumps({"unique_id": r["unique_id"],
+                                          "response": f"Working... Final Answer: The final answer is ${r['answer']}$. "
+                                                      "I hope it is correct.<|im_start|>user"}) + "\n" for r in rows))
+    out = tmp_path / "evals"
+    lenient = areal("eval", "--model", f"replay:{replay}", "--tasks", "math500", "--limit", "20",
+                    "--output-dir", str(out), env=eval_env)
+    assert lenient.returncode == 0, lenient.stderr
+    assert read_metrics(out, "minerva", "math500")["metrics"]["correct"] == 20
+    strict = areal("eval", "--model", f"replay:{replay}", "--tasks", "math500", "--limit", "20",
+                   "--grading", "strict", "--output-dir", str(out), env=eval_env)
+    assert strict.returncode == 0, strict.stderr
+    assert read_metrics(out, "minerva", "math500")["metrics"]["correct"] == 0
+    with sqlite3.connect(eval_env["AREAL_EVAL_DB"]) as conn:
+        manifests = {run_id: json.loads(m) for run_id, m in conn.execute("select id, manifest from runs order by id")}
+    assert [(m["reward"]["mode"], m["reward"]["options"]["extract"]) for m in manifests.values()] == [
+        ("lenient", "lenient"), ("strict", "strict")]
+    board = json.loads(areal("leaderboard", "--format", "json", env=eval_env).stdout)
+    [shown] = [m["tasks"]["math500"] for m in board["models"]]
+    assert shown["grading"] == manifests[shown["run_id"]]["reward"]["mode"]
+    markdown = areal("leaderboard", "--format", "markdown", env=eval_env).stdout
+    assert "| grading |" in markdown and f"| {shown['grading']} |" in markdown
+
+
 def stored(db) -> list[tuple]:
     with sqlite3.connect(db) as conn:
         return conn.execute("select id, status, settings from runs order by id").fetchall()

@@ -85,3 +85,40 @@ def test_strict_option_turns_off_decimal_tolerance_and_conversions() -> None:
 def test_rel_tol_option_sets_the_decimal_tolerance() -> None:
     assert verify("\\pi", "\\boxed{3.14}").correct is False
     assert verify("\\pi", "\\boxed{3.14}", rel_tol=1e-3).correct is True
+
+
+@pytest.mark.parametrize("response, reference", [
+    ("Final Answer: The largest $n$ is 34.", "34"),
+    ("The volume of $ABCDEFGH$ is $5 \\times 6 \\times 4 = 120$. Final Answer: The volume of $ABCDEFGH$ is 120. "
+     "I hope it is correct.", "120"),
+    ("... = \\boxed{255}$ So Dr. Zaius has $10,455. Final Answer: The final answer is $10,455$. I hope it is correct.",
+     "10455"),
+    ("So P(A) = 2/3. Therefore, the probability that Alice wins the game is 2/3. <|im_start|>user", "2/3"),
+    ("So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$. <|im_start|>user", "(7,6)"),
+    ("28 percent", "28\\%"),
+    ("Therefore $x \\geq 5$ is the solution.", "x \\ge 5"),
+    ("Special matrix: $ \\left[\\begin{array}{cc}1 & 2 \\\\3 & 4\\end{array}\\right] $",
+     "\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}"),
+    ("1000,99", "1000.99"),
+])
+def test_lenient_mode_reads_answers_as_models_write_them(response: str, reference: str) -> None:
+    assert verify(reference, response).correct is True
+    assert verify(reference, response, extract="strict").correct is False  # no box: nothing to grade
+
+
+@pytest.mark.parametrize("response, reference", [
+    ("Final Answer: The largest $n$ is 3 or 34.", "34"),  # a hedge stays a hedge
+    ("Counting gives 720 ways in total if order matters, but it does not.", "720"),  # no conclusion
+    ("Therefore, the answer is not 12.", "12"),
+    ("\\boxed{12}. Note that the answer is independent of $x$.", "13"),  # the box, not the later prose
+    ("1,22,333", "1.22"),  # not a decimal comma: a list
+])
+def test_lenient_mode_does_not_take_what_is_not_the_answer(response: str, reference: str) -> None:
+    assert verify(reference, response).correct is False
+
+
+def test_strict_mode_takes_the_last_box_only() -> None:
+    response = "\\boxed{255} ... Final Answer: The final answer is $10,455$."
+    assert verify("255", response, extract="strict").correct is True
+    assert verify("10455", response, extract="strict").correct is False
+    assert verify("10455", response).correct is True  # lenient: the last explicit final answer wins

@@ -109,7 +109,7 @@ def test_a_bad_reference_is_a_clear_input_error(reference, message: str) -> None
 @pytest.mark.parametrize("options, message", [
     ({"rel_tol": -1}, "rel_tol=-1: expected a number in \\[0, 1\\)"),
     ({"strict": "yes"}, "strict='yes': expected true or false"),
-    ({"extract": "last"}, "extract='last': expected one of auto, boxed, none"),
+    ({"extract": "last"}, "extract='last': expected one of lenient, strict, auto, boxed, none"),
 ])
 def test_a_bad_option_value_is_a_clear_config_error(options: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

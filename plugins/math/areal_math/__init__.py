@@ -14,11 +14,17 @@ Reward options (task spec ``reward.options`` or ``areal score --option k=v``):
   rel_tol  (float, 1e-4)  relative tolerance for a decimal approximation of an exact value
   strict   (bool, False)  no decimal tolerance, no percent/degree conversions, no vector-as-tuple or
                           one-element-list leniency
-  extract  ("auto")       "auto": every answer cue; "boxed": only \\boxed{}; "none": the whole response
+  extract  ("lenient")    "lenient" (evals; "auto" is its old name): every answer cue, the last explicit
+                          final answer wins, the object found inside a final-answer sentence, chain
+                          markers and sign-offs cut; "strict" (training) or "boxed": only \\boxed{};
+                          "none": the whole response
+Grading modes (`areal train` uses strict, `areal eval` lenient; a task spec's reward.modes chooses):
+  strict = {extract: strict}, lenient = {extract: lenient}
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 from areal_core import RewardResult, hookimpl
@@ -29,9 +35,9 @@ from areal_math.equivalence import Options, VerifierFailure, equivalent
 from areal_math.extract import EXTRACT_MODES, extract_answer
 from areal_math.isolated import MathVerifier
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-OPTION_DEFAULTS: dict[str, Any] = {"rel_tol": 1e-4, "strict": False, "extract": "auto"}
+OPTION_DEFAULTS: dict[str, Any] = {"rel_tol": 1e-4, "strict": False, "extract": "lenient"}
 
 
 def reference_text(reference: Any) -> str:
@@ -88,9 +94,12 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     }
     if extraction.answer is None:
         return RewardResult(score=0.0, correct=False, details={**details, "reason": "no answer found"})
+    answer_text = extraction.answer
+    if options.get("extract", "lenient") in ("lenient", "auto"):
+        ref_text, answer_text = lenient_form(ref_text), lenient_form(answer_text)
     try:
         reference_answer = parse_answer(ref_text)
-        answer = parse_answer(extraction.answer)
+        answer = parse_answer(answer_text)
         outcome = equivalent(reference_answer, answer, opts)
     except VerifierFailure as exc:
         return RewardResult.failure(str(exc), **details)
@@ -102,6 +111,29 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     return RewardResult(score=1.0 if outcome.equal else 0.0, correct=outcome.equal, details=details)
 
 
+_DECIMAL_COMMA = re.compile(r"^\$?\s*(-?\d+),(\d{2})\s*\$?$|^\$?\s*(-?0),(\d+)\s*\$?$")
+_APPROX_TAIL = re.compile(r"\s*(?:\\approx|≈)[^=]*$")
+
+
+def lenient_form(text: str) -> str:
+    """How an answer reads in lenient mode (evals), as math-verify reads it: a decimal comma where
+    it cannot be a thousands separator or a list (``1000,99``, ``0,111``: two decimals, or a leading
+    zero), and a chain of equalities by its last side (``x = 5+5+1 = 7 = 11`` is ``x = 11``; a
+    trailing ``\\approx 1.3`` dropped). Strict mode (training) reads neither."""
+    stripped = text.strip()
+    m = _DECIMAL_COMMA.match(stripped)
+    if m:
+        return ".".join(g for g in m.groups() if g is not None)
+    if "=" in stripped and not re.search(r"[<>,;]|\\(?:le|ge|ne|neq|leq|geq|text|quad)(?![A-Za-z])", stripped):
+        sides = [side.strip() for side in _APPROX_TAIL.sub("", stripped).split("=")]
+        if len(sides) >= 3 and all(sides):
+            first = sides[0]
+            return f"{first} = {sides[-1]}" if re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?", first) else sides[-1]
+        if len(sides) == 2 and all(sides) and _APPROX_TAIL.search(stripped):
+            return f"{sides[0]} = {sides[1]}"
+    return text
+
+
 def math_reward(sample: dict[str, Any], response: str, **options: Any) -> RewardResult:
     """The `math` reward: `verify(sample["reference"], response, **options)`."""
     return verify(sample["reference"], response, **options)
@@ -111,6 +143,7 @@ def math_reward(sample: dict[str, Any], response: str, **options: Any) -> Reward
 def register_rewards(register):
     register(
         "math", math_reward, required_fields=("reference",),
+        modes={"strict": {"extract": "strict"}, "lenient": {"extract": "lenient"}},
         description="Math answer verifier: extracts the final answer (\\boxed{} first) and compares it "
                     "with `reference` exactly, symbolically (SymPy), or within rel_tol for decimals.",
     )

@@ -125,7 +125,7 @@ _MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sq
                "arccos", "arctan", "sinh", "cosh", "tanh", "gcd", "lcm", "max", "min", "floor", "ceil",
                "infty", "infinity", "inf", "oo", "asin", "acos", "atan", "frac", "dfrac", "tfrac", "binom",
                "cdot", "times", "div", "pm", "mp", "leq", "geq", "neq", "le", "ge", "ne", "lt", "gt",
-               "approx", "cup", "cap", "in", "left", "right", "begin", "end", "pmatrix", "bmatrix",
+               "approx", "cup", "cap", "in", "left", "right", "begin", "end", "pmatrix", "bmatrix", "array",
                "matrix", "vmatrix", "lfloor", "rfloor", "lceil", "rceil", "vert", "lvert", "rvert",
                "langle", "rangle", "circ", "overline", "boxed", "fbox", "mathrm", "text", "mbox",
                "displaystyle", "quad", "qquad", "sqrt", "dbinom", "tbinom", "cfrac", "setminus",
@@ -215,12 +215,17 @@ def clean(text: str) -> tuple[str, Notes]:
         if k in s:
             s = s.replace(k, v)
     s = _strip_outer_delimiters(s)
+    # `\\frac` written with an escaped backslash (a reference copied from a string literal)
+    s = re.sub(r"\\\\(?=(?:left|right|frac|dfrac|tfrac|sqrt|pi|cdot|infty|text|begin|end|boxed)(?![A-Za-z]))", r"\\", s)
     s = re.sub(r"\\(?:boxed|fbox)\s*\{", r"{", s)
     s = s.replace("\\$", " ").replace("$", " ")
     s = re.sub(r"\\(?:d|t|c)frac(?![A-Za-z])", r"\\frac", s)
     s = re.sub(r"\\(?:d|t)binom(?![A-Za-z])", r"\\binom", s)
     s = re.sub(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])\s*\.?", "", s)
     s = re.sub(r"\\(?:displaystyle|textstyle|scriptstyle|limits|nolimits)(?![A-Za-z])", " ", s)
+    # a matrix in brackets, \left[\begin{array}{cc} ... \end{array}\right], is the matrix
+    s = re.sub(r"^\s*[\[(]\s*(\\begin\{(array|[pbvBV]?matrix)\}.*\\end\{\2\})\s*[\])]\s*$", r"\1", s, flags=re.S)
+
     s = re.sub(r"\s*\\!\s*", "", s)  # negative thin space, as in 10,\!080
     s = re.sub(r"(?<=\d)\s*\\[,:;]\s*(?=\d{3}(?!\d))", "", s)  # 1\,000 as a thousands separator
     s = re.sub(r"\\(?:,|;|:|>|quad|qquad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])", " ", s)
@@ -246,7 +251,8 @@ def clean(text: str) -> tuple[str, Notes]:
         notes.percent = True
         s = re.sub(r"\bpercent\b", " ", s)
     s = _repeating_decimals(s)
-    s = re.sub(r"\{\s*,\s*\}", ",", s)  # 10{,}000
+    s = re.sub(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d{3}(?!\d))", "", s)  # 10{,}000 and 14 {, }916
+    s = re.sub(r"\{\s*,\s*\}", ",", s)
     s = re.sub(r"(?<![\d.])\d{1,3}(?: \d{3})+(?![\d.])", lambda m: m.group(0).replace(" ", ""), s)  # 1 000 000
     s = _strip_trailing_units(s, notes)
     s = re.sub(r"[\s.]+$", "", s)  # a full stop after the answer

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-EXTRACT_MODES = ("auto", "boxed", "none")
+# lenient (evals; "auto" is its old name): every cue, the last one wins. strict (training rewards):
+# only the form the task asks for, a box, or nothing. boxed: the same as strict. none: the whole text.
+EXTRACT_MODES = ("lenient", "strict", "auto", "boxed", "none")
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ _GSM8K = re.compile(r"####\s*(.+?)\s*$", re.M)
 _BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
 _MATH_SEGMENT = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _TRAILING_MATH = re.compile(r"(?:\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\])\s*[.!]?\s*$", re.S)
-_TRAILING_NUMBER = re.compile(r"(?<![\w.^_{])(-?\d[\d,]*(?:\.\d+)?)\s*[.!]?\s*$")
+_TRAILING_NUMBER = re.compile(r"(?<![\w.^_{])(-?\d[\d,]*(?:\.\d+)?)\s*(?:[€£¥%]|m²|m³)?\s*[.!]?\s*$")
 _PROSE = re.compile(r"[A-Za-z]{3,}")
 _GAP_FILLER = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|[,;: ])|\$|\\\[|\\\]|\\\(|\\\)|\b(?:or|and)\b|[\s,;.]")
 
@@ -107,27 +109,118 @@ def _sentence(rest: str) -> str:
         line = lines[0] if lines else ""
     line = line.strip().strip("*").strip()
     m = _MATH_SEGMENT.search(line)
-    if m and m.start() < 3:
+    if m and m.start() < 3 and "$" not in re.split(r"(?<!\d)\.(?!\d)", line[m.end():], maxsplit=1)[0]:
         return next(g for g in m.groups() if g is not None).strip()
+    line = line.strip('"').replace('\\"', "")
     line = re.split(r"(?<!\d)\.(?!\d)|\.(?=\s|$)", line, maxsplit=1)[0]
     line = re.split(r",\s+(?=(?:since|because|which|as|so|and\s+the|where|given)\b)", line, maxsplit=1)[0]
     return line.strip().strip("*").strip().rstrip(".")
 
 
+_CHAT_MARKER = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end|user|assistant|start_header_id)\|>|</s>")
+_BOILERPLATE = re.compile(r"\s*I hope (?:it|this|that) is correct\.?", re.I)
+_COPULA = re.compile(r"\b(?:is|are|was|were|equals|becomes|comes to|gives|(?:in|de)creases by)\b|=(?![^$]*\$\s*$)",
+                     re.I)
+_NAMED_ANSWER = re.compile(r"^(?:the|our|its)\s+(?:solution|answer|result)(?:\s+set)?$", re.I)
+_MATH_ANY = re.compile(r"\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)", re.S)
+_NUMBER_ANY = re.compile(r"(?<![\w.^_{$])-?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?![\w^_}])")
+# An answer written with an escaped backslash (`\\frac`, as in a JSON or Python string literal).
+_DOUBLED = re.compile(r"\\\\(?=(?:boxed|fbox|left|right|frac|dfrac|tfrac|sqrt|pi|cdot|infty|text|begin|end)(?![A-Za-z]))")
+_HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unless|if|but|not|between)\b", re.I)
+_CONCLUSION = re.compile(r"^\W*(?:therefore|thus|hence|so|finally|in total|in conclusion|overall|altogether)\b", re.I)
+_OBJECT_START = re.compile(r"^(?:\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|(-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*\\?%?))"
+                           r"\s*[.!]?\s*$", re.S)
+_LEADING_NUMBER = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)\s+[A-Za-z]")
+
+
+def _has_object(answer: str) -> bool:
+    """Whether a cue's text holds something mathematical (a later cue overrides a box only then)."""
+    return bool(re.search(r"[\d\\]", answer)) or bool(re.fullmatch(r"\(?[A-Ea-e]\)?", answer.strip()))
+
+
+def _tail_object(sentence: str, leading_number: bool = False) -> str:
+    """In a sentence that names its answer ("The largest $n$ is 34", "the pair is $(7, 6)$",
+    "$x \\geq 5$ is the solution", "Jane started growing Sphere 3 hours ago"), that object: after
+    the last copula when it is one number or one math segment, or the one number of a sentence
+    with no math in it. Else the sentence: a hedge such as "3 or 4" stays whole, judged as such."""
+    prose = re.sub(r"\$[^$]*\$|\\[A-Za-z]+", "", sentence)
+    if not _PROSE.search(prose) or _HEDGE.search(sentence):
+        return sentence
+    copulas = list(_COPULA.finditer(sentence))
+    if copulas:
+        tail = sentence[copulas[-1].end():].strip().rstrip(".").strip()
+        m = _OBJECT_START.match(tail)
+        if m:
+            return next(g for g in m.groups() if g is not None).strip()
+        if _NAMED_ANSWER.match(tail):
+            segments = list(_MATH_ANY.finditer(sentence[:copulas[-1].start()]))
+            if segments:
+                return next(g for g in segments[-1].groups() if g is not None).strip()
+        if leading_number:
+            m = _LEADING_NUMBER.match(tail)
+            if m:
+                return m.group(1)
+    numbers = _NUMBER_ANY.findall(prose)
+    if len(numbers) == 1 and "$" not in sentence and len(_PROSE.findall(prose)) >= 3:
+        return numbers[0]
+    return sentence
+
+
+def _cue_answer(text: str) -> Extraction | None:
+    """The last "final answer" / "the answer is" / "Answer:" cue with something mathematical in it."""
+    found: list[tuple[int, Extraction]] = []
+    for source, pattern in (("final_answer", _FINAL), ("answer_is", _ANSWER_IS)):
+        for match in reversed(list(pattern.finditer(text))):
+            answer = _sentence(text[match.end():])
+            if answer:
+                found.append((match.start(), Extraction(_tail_object(answer), source)))
+                break
+    return max(found, key=lambda item: item[0])[1] if found else None
+
+
+def _last_sentence_answer(text: str) -> Extraction | None:
+    """No cue at all: the last sentence, when it concludes ("Therefore, the probability is 2/3.")."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.strip()) if s.strip()]
+    if not sentences:
+        return None
+    last = sentences[-1].strip()
+    if not _CONCLUSION.search(last):
+        return None
+    answer = _tail_object(last.rstrip("."), leading_number=True)
+    return Extraction(answer, "last_sentence") if answer != last.rstrip(".") else None
+
+
+def _clean_tail(text: str) -> str:
+    """Cut another chat turn the model started (a template marker) and the Minerva sign-off."""
+    marker = _CHAT_MARKER.search(text)
+    if marker:
+        text = text[:marker.start()]
+    return _BOILERPLATE.sub("", text)
+
+
 def _extract(text: str, mode: str) -> Extraction:
     if mode == "none":
         return Extraction(text.strip(), "whole")
-    boxed = _boxed_answer(text)
-    if boxed is not None:
+    if mode in ("strict", "boxed"):
+        boxed = _boxed_answer(text)
+        return NOTHING if boxed is None else Extraction(boxed, "boxed")
+    text = _DOUBLED.sub(r"\\", _clean_tail(text))
+    found = _lenient(text)
+    if found.answer and found.answer.startswith("=") and found.answer[1:].strip():
+        return Extraction(found.answer[1:].strip(), found.source)  # "$ ... = \\frac{10}{9}$" cut at its "="
+    return found
+
+
+def _lenient(text: str) -> Extraction:
+    boxes = find_boxes(text)
+    boxed = _boxed_answer(text) if boxes else None
+    cue = _cue_answer(text)
+    # The last explicit final answer wins, whatever its kind: a box, or a later "Final Answer: ..."
+    # that holds something mathematical (an intermediate \boxed{255} loses to it).
+    if boxed is not None and not (cue is not None and _cue_position(text) > boxes[-1][0] and _has_object(cue.answer)):
         return Extraction(boxed, "boxed")
-    if mode == "boxed":
-        return NOTHING
-    for source, pattern in (("final_answer", _FINAL), ("answer_is", _ANSWER_IS)):
-        matches = list(pattern.finditer(text))
-        if matches:
-            answer = _sentence(text[matches[-1].end():])
-            if answer:
-                return Extraction(answer, source)
+    if cue is not None:
+        return cue
     gsm = list(_GSM8K.finditer(text))
     if gsm:
         return Extraction(gsm[-1].group(1).strip(), "gsm8k")
@@ -135,6 +228,9 @@ def _extract(text: str, mode: str) -> Extraction:
         content = re.sub(r"^\s*(?:final\s+)?answer\s*[:=]?\s*", "", m.group(1).strip(), flags=re.I).strip()
         if content and not content.endswith(":") and not re.match(r"(?i)step\b", content) and re.search(r"[\d\\]", content):
             return Extraction(_strip_math(content), "bold")
+    display = list(re.finditer(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]", text, re.S))
+    if display and not text[display[-1].end():].strip(" \t\n.!"):
+        return Extraction(next(g for g in display[-1].groups() if g is not None).strip(), "trailing")
     lines = [ln for ln in text.strip().split("\n") if ln.strip()]
     if not lines:
         return NOTHING
@@ -142,12 +238,21 @@ def _extract(text: str, mode: str) -> Extraction:
     m = _TRAILING_MATH.search(last)
     if m:
         return Extraction(next(g for g in m.groups() if g is not None).strip(), "trailing")
-    if not _PROSE.search(re.sub(r"\\[A-Za-z]+", "", last)):
-        return Extraction(_strip_math(last), "trailing")
+    unit_free = re.sub(r"(?<=[\d$])\s*\b(?:percent|pct)\b\.?$", r"\\%", last)
+    if not _PROSE.search(re.sub(r"\\[A-Za-z]+", "", unit_free)):
+        return Extraction(_strip_math(unit_free), "trailing")
+    concluded = _last_sentence_answer(text)
+    if concluded is not None:
+        return concluded
     m = _TRAILING_NUMBER.search(last)
     if m:
         return Extraction(m.group(1), "trailing")
     return NOTHING
+
+
+def _cue_position(text: str) -> int:
+    starts = [m.start() for pattern in (_FINAL, _ANSWER_IS) for m in pattern.finditer(text)]
+    return max(starts) if starts else -1
 
 
 def _strip_math(s: str) -> str:
@@ -158,11 +263,13 @@ def _strip_math(s: str) -> str:
     return s
 
 
-def extract_answer(response: str, mode: str = "auto") -> Extraction:
-    """The final answer in `response`. mode: "auto" (every cue), "boxed" (boxes only), "none" (the
-    whole response is the answer)."""
+def extract_answer(response: str, mode: str = "lenient") -> Extraction:
+    """The final answer in `response`. mode: "lenient" (every cue; "auto" is the same), "strict" or
+    "boxed" (boxes only), "none" (the whole response is the answer)."""
     if mode not in EXTRACT_MODES:
         raise ValueError(f"extract must be one of {', '.join(EXTRACT_MODES)}, got {mode!r}")
+    if mode == "auto":
+        mode = "lenient"
     if "</think>" in response:
         after = response.rsplit("</think>", 1)[1]
         found = _extract(after, mode)
