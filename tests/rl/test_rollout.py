@@ -105,3 +105,21 @@ def test_a_prompt_whose_rollout_fails_finishes_empty_and_counted_instead_of_stal
     assert controller.dropped == {"rollout failed: EngineError": 2}
     assert "EngineError: prompt of 802 tokens leaves no room under the engine's max length 256" in controller.last_failure
 
+
+
+def test_training_grades_in_the_tasks_train_mode_strict_by_default(data_dir, monkeypatch):
+    """A rollout scores math500 strictly (a box, as the prompt asks, or nothing), while an eval of the
+    same task reads answers leniently: one Minerva-style response is wrong in training, right in evals."""
+    from areal_core.eval.runner import eval_reward_options
+    from areal_math import verify
+
+    monkeypatch.setenv("AREAL_DATA_DIR", str(data_dir))
+    task = get_task("math500")
+    controller = RolloutController(task, None, None, None, RolloutConfig())
+    assert (controller.reward_options, controller.reward_mode) == ({"extract": "strict"}, "strict")
+    assert eval_reward_options(task) == ({"extract": "lenient"}, "lenient")
+    sample = task.samples()[0]
+    response = f"Final Answer: The final answer is ${sample['reference']}$. I hope it is correct."
+    assert verify(sample["reference"], response, **controller.reward_options).correct is False
+    assert verify(sample["reference"], response, **eval_reward_options(task)[0]).correct is True
+    assert verify(sample["reference"], f"\\boxed{{{sample['reference']}}}", **controller.reward_options).correct

@@ -96,7 +96,7 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
         return RewardResult(score=0.0, correct=False, details={**details, "reason": "no answer found"})
     answer_text = extraction.answer
     if options.get("extract", "lenient") in ("lenient", "auto"):
-        ref_text, answer_text = lenient_form(ref_text), lenient_form(answer_text)
+        answer_text, ref_text = lenient_form(answer_text, ref_text), lenient_reference(ref_text)
     try:
         reference_answer = parse_answer(ref_text)
         answer = parse_answer(answer_text)
@@ -111,25 +111,55 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     return RewardResult(score=1.0 if outcome.equal else 0.0, correct=outcome.equal, details=details)
 
 
-_DECIMAL_COMMA = re.compile(r"^\$?\s*(-?\d+),(\d{2})\s*\$?$|^\$?\s*(-?0),(\d+)\s*\$?$")
+_DECIMAL_COMMA = re.compile(r"^\$?\s*(-?\d+),(\d{2})\s*\$?$|^\$?\s*(-?0),(\d{2,})\s*\$?$")
 _APPROX_TAIL = re.compile(r"\s*(?:\\approx|≈)[^=]*$")
+# Anything but math between the sides of a chain: then it is not one chain (x = -3 or x = 4).
+_NOT_A_CHAIN = re.compile(r"[$<>,;|]|\s/\s|\\(?:le|ge|ne|neq|leq|geq|lor|vee|wedge|land|mid|quad|qquad|enspace|to|"
+                          r"implies|Rightarrow|rightarrow|text\w*|mbox|mathrm|operatorname)(?![A-Za-z])|\\\\|\\ |"
+                          r"(?<![A-Za-z\\])[A-Za-z]{2,}")
+_MATH_COMMANDS = re.compile(r"\\(?:frac|dfrac|sqrt|cdot|times|pi|left|right)(?![A-Za-z])")
+_DECIMAL = re.compile(r"-?\d*\.\d+")
 
 
-def lenient_form(text: str) -> str:
-    """How an answer reads in lenient mode (evals), as math-verify reads it: a decimal comma where
-    it cannot be a thousands separator or a list (``1000,99``, ``0,111``: two decimals, or a leading
-    zero), and a chain of equalities by its last side (``x = 5+5+1 = 7 = 11`` is ``x = 11``; a
-    trailing ``\\approx 1.3`` dropped). Strict mode (training) reads neither."""
-    stripped = text.strip()
+def lenient_form(answer: str, reference: str) -> str:
+    """How a response's answer reads in lenient mode (evals), as math-verify reads it: a decimal
+    comma where the reference is a decimal and the comma cannot be a thousands separator or a list
+    (``1000,99``, ``0,111``: two decimals, or a leading zero); a chain of equalities that is math
+    only, by its last side (``x = 5+5+1 = 7 = 11`` reads ``x = 11``; a trailing ``\\approx 1.3``
+    dropped). Words, boxes, separators or connectives between the sides keep a chain whole
+    (``x = -3 or x = 4``). The reference is never rewritten. Strict mode (training) reads neither."""
+    stripped = answer.strip()
     m = _DECIMAL_COMMA.match(stripped)
-    if m:
+    if m and _DECIMAL.fullmatch(reference.strip().strip("$").strip()):
         return ".".join(g for g in m.groups() if g is not None)
-    if "=" in stripped and not re.search(r"[<>,;]|\\(?:le|ge|ne|neq|leq|geq|text|quad)(?![A-Za-z])", stripped):
-        sides = [side.strip() for side in _APPROX_TAIL.sub("", stripped).split("=")]
+    return equality_chain(answer)
+
+
+_LEADING_ZERO_DECIMAL = re.compile(r"^\$?\s*(-?0),(\d{3,})\s*\$?$")
+
+
+def lenient_reference(reference: str) -> str:
+    """A reference as lenient mode reads it: an equality chain by its last side, and a decimal comma
+    only where no list reads the same (``0,111``: a leading zero and three or more decimals; a
+    reference ``1,22`` may be the list 1, 22 and stays as it is)."""
+    m = _LEADING_ZERO_DECIMAL.match(reference.strip())
+    if m:
+        return f"{m.group(1)}.{m.group(2)}"
+    return equality_chain(reference)
+
+
+def equality_chain(text: str) -> str:
+    """A chain of equalities that is math only, by its last side (``x = 5+5+1 = 7 = 11`` reads
+    ``x = 11``, ``1 = \\zzz = x = 0`` reads ``0``); a trailing ``\\approx ...`` dropped. Lenient mode
+    reads a reference this way too (the data set's own chain states its answer last)."""
+    stripped = text.strip()
+    body = _APPROX_TAIL.sub("", stripped)
+    if "=" in body and not _NOT_A_CHAIN.search(_MATH_COMMANDS.sub(" ", body)):
+        sides = [side.strip() for side in body.split("=")]
         if len(sides) >= 3 and all(sides):
             first = sides[0]
             return f"{first} = {sides[-1]}" if re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?", first) else sides[-1]
-        if len(sides) == 2 and all(sides) and _APPROX_TAIL.search(stripped):
+        if len(sides) == 2 and all(sides) and body != stripped:
             return f"{sides[0]} = {sides[1]}"
     return text
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from areal_math.answer import UNIT_WORDS
+
 # lenient (evals; "auto" is its old name): every cue, the last one wins. strict (training rewards):
 # only the form the task asks for, a box, or nothing. boxed: the same as strict. none: the whole text.
 EXTRACT_MODES = ("lenient", "strict", "auto", "boxed", "none")
@@ -126,7 +128,15 @@ _MATH_ANY = re.compile(r"\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)", re.S)
 _NUMBER_ANY = re.compile(r"(?<![\w.^_{$])-?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?![\w^_}])")
 # An answer written with an escaped backslash (`\\frac`, as in a JSON or Python string literal).
 _DOUBLED = re.compile(r"\\\\(?=(?:boxed|fbox|left|right|frac|dfrac|tfrac|sqrt|pi|cdot|infty|text|begin|end)(?![A-Za-z]))")
-_HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unless|if|but|not|between)\b", re.I)
+# Words that make a sentence something other than a statement of its answer: anywhere in it (a
+# hedge, a negation, a condition), or after its copula (a qualification of the value itself).
+_HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unless|if|but|not|never|no|cannot|can't|"
+                    r"isn't|guess|doubt|whether|wrong|incorrect|fails?|except|besides|try|check|recheck|when|"
+                    r"while|for|than|greater|less|more|fewer|larger|smaller|exceeds?|above|below|different|other|"
+                    r"step|steps|case|cases|part)\b|[;(]", re.I)
+_QUALIFIER = re.compile(r"\b(?:could|might|may|between|with|without|including|excluding|counting|only|because|"
+                        r"since|at least|at most)\b", re.I)
+_CONNECTIVE = re.compile(r"\b(?:and|or|to|over|plus|minus|times|than|more|less|divided|by|of)\b", re.I)
 _CONCLUSION = re.compile(r"^\W*(?:therefore|thus|hence|so|finally|in total|in conclusion|overall|altogether)\b", re.I)
 _OBJECT_START = re.compile(r"^(?:\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|(-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*\\?%?))"
                            r"\s*[.!]?\s*$", re.S)
@@ -138,44 +148,65 @@ def _has_object(answer: str) -> bool:
     return bool(re.search(r"[\d\\]", answer)) or bool(re.fullmatch(r"\(?[A-Ea-e]\)?", answer.strip()))
 
 
-def _tail_object(sentence: str, leading_number: bool = False) -> str:
-    """In a sentence that names its answer ("The largest $n$ is 34", "the pair is $(7, 6)$",
-    "$x \\geq 5$ is the solution", "Jane started growing Sphere 3 hours ago"), that object: after
-    the last copula when it is one number or one math segment, or the one number of a sentence
-    with no math in it. Else the sentence: a hedge such as "3 or 4" stays whole, judged as such."""
+def _objects(sentence: str) -> int:
+    """Candidate answers in a sentence: numbers in its prose and math segments that are more than a
+    name (`$n$`, `$ABCDEFGH$`, `$f(x)$` name things; `$12$`, `$(7, 6)$` are values)."""
+    segments = [next(g for g in m.groups() if g is not None) for m in _MATH_ANY.finditer(sentence)]
+    values = [seg for seg in segments if re.search(r"\d|\\(?!text)[A-Za-z]|[<>=]", seg)]
+    prose = _MATH_ANY.sub(" ", sentence)
+    return len(values) + len(_NUMBER_ANY.findall(prose))
+
+
+def _tail_object(sentence: str, leading_number: bool = False) -> tuple[str, str]:
+    """In a sentence that names its one answer ("The largest $n$ is 34", "the pair is $(7, 6)$",
+    "$x \\geq 5$ is the solution", "Jane started growing Sphere 3 hours ago"), that object, with how it
+    was found ("copula": after the last copula; "number": the sentence's last token; "direct": the
+    sentence is only math). Else the sentence ("sentence"): a hedge ("3 or 4", "could be 12"), a
+    sentence with several values ("the minimum is 3 and the maximum is 12") or a condition stays
+    whole and is judged as such."""
     prose = re.sub(r"\$[^$]*\$|\\[A-Za-z]+", "", sentence)
-    if not _PROSE.search(prose) or _HEDGE.search(sentence):
-        return sentence
+    if not _PROSE.search(prose):
+        return sentence, "direct"
+    words = _MATH_ANY.sub(" ", sentence)
+    if _HEDGE.search(words) or _objects(sentence) != 1:
+        return sentence, "sentence"
     copulas = list(_COPULA.finditer(sentence))
+    if copulas and _QUALIFIER.search(_MATH_ANY.sub(" ", sentence[copulas[-1].end():])):
+        return sentence, "sentence"
     if copulas:
         tail = sentence[copulas[-1].end():].strip().rstrip(".").strip()
         m = _OBJECT_START.match(tail)
         if m:
-            return next(g for g in m.groups() if g is not None).strip()
+            return next(g for g in m.groups() if g is not None).strip(), "copula"
         if _NAMED_ANSWER.match(tail):
             segments = list(_MATH_ANY.finditer(sentence[:copulas[-1].start()]))
             if segments:
-                return next(g for g in segments[-1].groups() if g is not None).strip()
+                return next(g for g in segments[-1].groups() if g is not None).strip(), "copula"
         if leading_number:
             m = _LEADING_NUMBER.match(tail)
-            if m:
-                return m.group(1)
-    numbers = _NUMBER_ANY.findall(prose)
-    if len(numbers) == 1 and "$" not in sentence and len(_PROSE.findall(prose)) >= 3:
-        return numbers[0]
-    return sentence
+            if m and not _CONNECTIVE.search(tail[m.end(1):]):
+                return m.group(1), "copula"
+    m = re.search(r"(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?:\s+([A-Za-z]+)(?:\s+[A-Za-z]+)?)?\s*\.?\s*$", prose.strip())
+    if (m and "$" not in sentence and len(_PROSE.findall(prose)) >= 3 and not _QUALIFIER.search(words)
+            and (m.group(2) is None or m.group(2).lower() in UNIT_WORDS)):
+        return m.group(1), "number"  # the sentence's last value, with a unit: "... Sphere 3 hours ago"
+    return sentence, "sentence"
 
 
-def _cue_answer(text: str) -> Extraction | None:
-    """The last "final answer" / "the answer is" / "Answer:" cue with something mathematical in it."""
-    found: list[tuple[int, Extraction]] = []
+def _cue_answer(text: str) -> tuple[Extraction, str] | None:
+    """The last "final answer" / "the answer is" / "Answer:" cue, with how its object was found."""
+    found: list[tuple[int, Extraction, str]] = []
     for source, pattern in (("final_answer", _FINAL), ("answer_is", _ANSWER_IS)):
         for match in reversed(list(pattern.finditer(text))):
             answer = _sentence(text[match.end():])
             if answer:
-                found.append((match.start(), Extraction(_tail_object(answer), source)))
+                obj, how = _tail_object(answer)
+                found.append((match.start(), Extraction(obj, source), how))
                 break
-    return max(found, key=lambda item: item[0])[1] if found else None
+    if not found:
+        return None
+    _, extraction, how = max(found, key=lambda item: item[0])
+    return extraction, how
 
 
 def _last_sentence_answer(text: str) -> Extraction | None:
@@ -184,14 +215,18 @@ def _last_sentence_answer(text: str) -> Extraction | None:
     if not sentences:
         return None
     last = sentences[-1].strip()
+    starts = [m.start() for m in re.finditer(r"\b(?:Therefore|Thus|Hence|So|Finally)\b", last)]
+    if starts:  # "P(A) = (1/2) * (4/3) P(A) = 2/3 Therefore, the probability ... is 2/3"
+        last = last[starts[-1]:]
     if not _CONCLUSION.search(last):
         return None
-    answer = _tail_object(last.rstrip("."), leading_number=True)
-    return Extraction(answer, "last_sentence") if answer != last.rstrip(".") else None
+    answer, how = _tail_object(last.rstrip("."), leading_number=True)
+    return Extraction(answer, "last_sentence") if how in ("copula", "number") else None
 
 
 def _clean_tail(text: str) -> str:
-    """Cut another chat turn the model started (a template marker) and the Minerva sign-off."""
+    """Cut what follows the model's turn: a chat-template marker ends it (`<|im_end|>`, `<|eot_id|>`,
+    `</s>`, or the start of another turn); then the Minerva sign-off goes."""
     marker = _CHAT_MARKER.search(text)
     if marker:
         text = text[:marker.start()]
@@ -214,10 +249,13 @@ def _extract(text: str, mode: str) -> Extraction:
 def _lenient(text: str) -> Extraction:
     boxes = find_boxes(text)
     boxed = _boxed_answer(text) if boxes else None
-    cue = _cue_answer(text)
+    found = _cue_answer(text)
+    cue, how = found if found is not None else (None, "")
     # The last explicit final answer wins, whatever its kind: a box, or a later "Final Answer: ..."
-    # that holds something mathematical (an intermediate \boxed{255} loses to it).
-    if boxed is not None and not (cue is not None and _cue_position(text) > boxes[-1][0] and _has_object(cue.answer)):
+    # that states its object outright (an intermediate \boxed{255} loses to it; a later remark such
+    # as "the answer is an integer less than 12" does not beat a box).
+    overrides = cue is not None and how in ("direct", "copula") and _has_object(cue.answer)
+    if boxed is not None and not (overrides and _cue_position(text) > boxes[-1][0]):
         return Extraction(boxed, "boxed")
     if cue is not None:
         return cue
@@ -245,8 +283,8 @@ def _lenient(text: str) -> Extraction:
     if concluded is not None:
         return concluded
     m = _TRAILING_NUMBER.search(last)
-    if m:
-        return Extraction(m.group(1), "trailing")
+    if m and not _HEDGE.search(_MATH_ANY.sub(" ", last)):
+        return Extraction(m.group(1), "trailing")  # "We get 6! = 720"; not "So it is not 12."
     return NOTHING
 
 
