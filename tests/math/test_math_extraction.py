@@ -112,6 +112,19 @@ def test_lenient_mode_reads_answers_as_models_write_them(response: str, referenc
     ("Therefore, the answer is not 12.", "12"),
     ("\\boxed{12}. Note that the answer is independent of $x$.", "13"),  # the box, not the later prose
     ("1,22,333", "1.22"),  # not a decimal comma: a list
+    # from a review that played a policy against lenient mode
+    ("So $x=-3$ or $x=4$.", "4"),
+    ("Final Answer: $x = -3$ or $x = 4$", "4"),  # an "or" between equations is no chain
+    ("Thus the roots are 12 and 13.", "13"),
+    ("\\boxed{13}\n\nCheck: the answer is an integer less than 12.", "12"),
+    ("So it is not 12.", "12"),
+    ("Final Answer: The minimum is 3 and the maximum is 12", "12"),
+    ("Final Answer: The answer could be 12", "12"),
+    ("Final Answer: For even n it is 12", "12"),
+    ("So the minimum is attained when n is 12.", "12"),
+    ("So I need to recheck my work from step 12.", "12"),
+    ("Thus the solutions are 12 and 13.", "12"),
+    ("\\boxed{0,3}", "0.3"),  # one decimal after the comma: the list 0, 3
 ])
 def test_lenient_mode_does_not_take_what_is_not_the_answer(response: str, reference: str) -> None:
     assert verify(reference, response).correct is False

@@ -136,6 +136,7 @@ _HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unless|if|b
                     r"step|steps|case|cases|part)\b|[;(]", re.I)
 _QUALIFIER = re.compile(r"\b(?:could|might|may|between|with|without|including|excluding|counting|only|because|"
                         r"since|at least|at most)\b", re.I)
+_LISTED_LAST = re.compile(r"(?:\band\b|\bor\b|,)\s*(?:\$[^$]*\$|-?\d[\d,.]*)\s*[^\w$]*$")
 _CONNECTIVE = re.compile(r"\b(?:and|or|to|over|plus|minus|times|than|more|less|divided|by|of)\b", re.I)
 _CONCLUSION = re.compile(r"^\W*(?:therefore|thus|hence|so|finally|in total|in conclusion|overall|altogether)\b", re.I)
 _OBJECT_START = re.compile(r"^(?:\$\$(.+?)\$\$|\$([^$]+?)\$|\\\((.+?)\\\)|(-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*\\?%?))"
@@ -273,8 +274,11 @@ def _lenient(text: str) -> Extraction:
     if not lines:
         return NOTHING
     last = lines[-1].strip()
+    # A last line that hedges or lists ("So $x=-3$ or $x=4$.", "the roots are 12 and 13") names no
+    # single answer at its end.
+    listed = bool(_HEDGE.search(_MATH_ANY.sub(" ", last)) or _LISTED_LAST.search(last))
     m = _TRAILING_MATH.search(last)
-    if m:
+    if m and not listed:
         return Extraction(next(g for g in m.groups() if g is not None).strip(), "trailing")
     unit_free = re.sub(r"(?<=[\d$])\s*\b(?:percent|pct)\b\.?$", r"\\%", last)
     if not _PROSE.search(re.sub(r"\\[A-Za-z]+", "", unit_free)):
@@ -283,7 +287,7 @@ def _lenient(text: str) -> Extraction:
     if concluded is not None:
         return concluded
     m = _TRAILING_NUMBER.search(last)
-    if m and not _HEDGE.search(_MATH_ANY.sub(" ", last)):
+    if m and not listed:
         return Extraction(m.group(1), "trailing")  # "We get 6! = 720"; not "So it is not 12."
     return NOTHING
 
