@@ -255,7 +255,8 @@ def test_grading_modes_default_to_strict_for_training_and_lenient_for_evals():
     assert graded_options("math", math500.options, math500.mode_for("train")) == ({"extract": "strict"}, "strict")
     # the task's and the command line's options win over the mode's
     assert graded_options("math", {"extract": "none"}, "lenient", {"rel_tol": 0.01}) == (
-        {"extract": "none", "rel_tol": 0.01}, "lenient")
+        {"extract": "none", "rel_tol": 0.01}, "custom")  # recorded as what it is: neither mode
+    assert graded_options("math", {}, "lenient", {"extract": "strict"}) == ({"extract": "strict"}, "strict")
     # a reward without modes is graded one way, whatever the use
     assert graded_options("countdown", {}, "strict") == ({}, None)
     with pytest.raises(ConfigError, match="reward 'math' has no grading mode 'loose' \\(it has: strict, lenient\\)"):
@@ -268,3 +269,18 @@ def test_a_task_spec_chooses_its_grading_modes(tmp_path):
     assert (spec.reward.mode_for("train"), spec.reward.mode_for("eval")) == ("strict", "strict")
     with pytest.raises(TaskSpecError, match="reward.modes: unknown use\\(s\\) score; expected train and/or eval"):
         task_spec_from_dict({**base, "reward": {"name": "math", "modes": {"score": "strict"}}}, "t")
+
+
+def test_a_misspelt_grading_mode_fails_when_the_task_is_loaded_naming_it(tmp_path):
+    from areal_core.tasks import get_task
+
+    (tmp_path / "typo.yaml").write_text(textwrap.dedent("""\
+        name: typo
+        dataset: {path: math500/test.jsonl}
+        fields: {question: problem, reference: answer}
+        prompt: {template: "{{ question }}"}
+        reward: {name: math, modes: {eval: lenent}}
+    """))
+    reset_plugin_manager()
+    with pytest.raises(TaskSpecError, match="task 'typo' .*reward.modes.eval='lenent': reward 'math' has modes strict, lenient"):
+        get_task("typo", tasks_dirs=(str(tmp_path),))

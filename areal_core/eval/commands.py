@@ -157,6 +157,8 @@ def _print_result(console: Any, result: Any, db_url: str) -> None:
 @click.option("--models", help="Only models whose name matches this glob, e.g. 'qwen*'.")
 @click.option("--decoding", type=click.Choice(["greedy", "sampled", "replay"]),
               help="Only runs with this decoding (default: any; per model and task the latest run counts).")
+@click.option("--grading", type=click.Choice(["lenient", "strict", "any"]), default="lenient", show_default=True,
+              help="Only runs graded in this mode (rewards with modes, e.g. math); runs of other rewards always count.")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "html", "json"]), default="table",
               show_default=True, help="table: in the terminal; html: one self-contained page with sortable "
                                       "tables, plots and per-sample details.")
@@ -164,7 +166,7 @@ def _print_result(console: Any, result: Any, db_url: str) -> None:
 @click.option("--details-limit", default=500, show_default=True, type=click.IntRange(0),
               help="html: samples shown per run (0: none).")
 def leaderboard_command(db: str | None, tasks_text: str | None, models: str | None, decoding: str | None, fmt: str,
-                        output: Path | None, details_limit: int) -> None:
+                        output: Path | None, details_limit: int, grading: str = "lenient") -> None:
     """Models ranked per task and on average (pass@1 ± standard error), with n, k and decoding settings."""
     from rich.console import Console
 
@@ -172,7 +174,8 @@ def leaderboard_command(db: str | None, tasks_text: str | None, models: str | No
     from areal_core.eval.store import ResultsStore
 
     with ResultsStore(db) as store:
-        board = build_leaderboard(store, _task_list(tasks_text) if tasks_text else None, models, decoding)
+        board = build_leaderboard(store, _task_list(tasks_text) if tasks_text else None, models, decoding,
+                                  None if grading == "any" else grading)
         if fmt == "table":
             if output is None:
                 render_table(board, Console())

@@ -69,18 +69,25 @@ def metric(run: RunRecord, name: str) -> float:
 
 
 def build_leaderboard(store: ResultsStore, tasks: list[str] | None = None, models: str | None = None,
-                      decoding: str | None = None) -> Leaderboard:
+                      decoding: str | None = None, grading: str | None = "lenient") -> Leaderboard:
     """The standings over `tasks` (default: every task in the store) of models matching the glob `models`,
-    from runs with the given decoding (greedy, sampled or replay; default: any, the latest run counts)."""
+    from runs with the given decoding (greedy, sampled or replay; default: any, the latest run counts) and
+    grading mode (default lenient, the eval default, so that models are ranked graded alike; None: any;
+    runs of rewards without modes always count)."""
     runs = store.finished_runs(tasks)
     if models:
         runs = [run for run in runs if fnmatch.fnmatchcase(run.model, models)]
     if decoding:
         runs = [run for run in runs if run.settings.decoding == decoding]
+    graded_out = False
+    if grading:
+        kept = [run for run in runs if grading_mode(run) in (grading, "-")]
+        graded_out, runs = bool(runs) and not kept, kept
     if not runs:
         which = f" for tasks {', '.join(tasks)}" if tasks else ""
         which += f" of models matching {models!r}" if models else ""
         which += f" with {decoding} decoding" if decoding else ""
+        which += f" graded {grading} (--grading any shows the others)" if graded_out else ""
         raise InputError(f"the results store {store.engine.url.render_as_string(hide_password=True)} has no finished "
                          f"evals{which}; run `areal eval` first")
     latest: dict[tuple[str, str], dict[str, RunRecord]] = {}
@@ -281,4 +288,4 @@ def render_html(board: Leaderboard, store: ResultsStore, details_limit: int = 50
              for task in board.tasks]
     return environment.get_template("leaderboard.html").render(
         board=board, tasks=tasks, details=details, bars=Markup(bar_chart(board)), colors=PALETTE,
-        percent=percent, metric=metric, anchor=anchor, response_chars=response_chars, details_limit=details_limit)
+        percent=percent, metric=metric, anchor=anchor, grading_mode=grading_mode, response_chars=response_chars, details_limit=details_limit)

@@ -315,7 +315,7 @@ async def _run_plan(plan: _Plan, source: ResponseSource | None, rewards: Any, st
 # -- areal train ------------------------------------------------------------------------------------
 def record_eval(db: str | Path | ResultsStore | None, model: str, task: Task, result: TaskResult, *,
                 model_path: str | Path | None = None, model_hash: str | None = None, step: int | None = None,
-                run_dir: str | Path | None = None) -> int:
+                run_dir: str | Path | None = None, reward_options: dict[str, Any] | None = None) -> int:
     """Store an `evaluate_task` result made during training as a finished run (source "train"), so
     `areal leaderboard` shows training checkpoints beside `areal eval` runs; returns the run id.
 
@@ -326,8 +326,9 @@ def record_eval(db: str | Path | ResultsStore | None, model: str, task: Task, re
     try:
         if model_hash is None:
             model_hash = model_dir_hash(model_path, store) if model_path is not None else _sha256(f"name:{model}")
+        # the options the samples were scored with (training's reward options), as `areal eval` records them
         manifest = build_manifest(model=model, model_ref=str(model_path or model), model_hash=model_hash, task=task,
-                                  settings=result.settings, reward_options={}, store=store)
+                                  settings=result.settings, reward_options=dict(reward_options or {}), store=store)
         manifest.update(step=step, run_dir=str(run_dir) if run_dir is not None else None)
         run_id = store.create_run(key=manifest["key"], model=model, model_ref=manifest["model_ref"], model_hash=model_hash,
                                   task=task.name, settings=result.settings, manifest=manifest,

@@ -41,4 +41,19 @@ def graded_options(name: str, options: Mapping[str, Any], mode: str | None,
         return merged, None
     if mode not in spec.modes:
         raise ConfigError(f"reward {name!r} has no grading mode {mode!r} (it has: {', '.join(spec.modes)})")
-    return {**spec.modes[mode], **merged}, mode
+    graded = {**spec.modes[mode], **merged}
+    # The mode recorded is the one whose options are in effect: options that override the requested
+    # mode's (extract=strict in an eval) make it that mode's grading, or "custom" (extract=none).
+    in_effect = [m for m in [mode, *spec.modes] if all(graded.get(k) == v for k, v in spec.modes[m].items())]
+    return graded, in_effect[0] if in_effect else "custom"
+
+
+def check_modes(name: str, modes: Mapping[str, str]) -> str | None:
+    """Why a task's `reward.modes` cannot apply to reward `name` (a mode it does not have), or None."""
+    spec = reward_registry().get(name)
+    for use, mode in modes.items():
+        if not spec.modes:
+            return f"reward.modes.{use}={mode!r}: reward {name!r} has no grading modes"
+        if mode not in spec.modes:
+            return f"reward.modes.{use}={mode!r}: reward {name!r} has modes {', '.join(spec.modes)}"
+    return None

@@ -178,7 +178,8 @@ class TrainingRun:
             record[key] = result.metrics["accuracy"]
             if self.db is not None:
                 await asyncio.to_thread(record_eval, self.db, f"{self.run_dir.name}@step{step}", self.eval_task,
-                                        result, model_path=self.weights, step=step, run_dir=self.run_dir)
+                                        result, model_path=self.weights, step=step, run_dir=self.run_dir,
+                                        reward_options=config.reward_options)
         self.evals.append(record)
         with open(self.run_dir / "evals.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")

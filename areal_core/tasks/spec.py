@@ -118,7 +118,9 @@ class RewardRef:
 
     def mode_for(self, use: str) -> str:
         """The grading mode of this task's reward in `use` ("train" or "eval")."""
-        return (self.modes or {}).get(use) or {"train": "strict", "eval": "lenient"}[use]
+        from areal_core.rewards.registry import DEFAULT_MODES
+
+        return (self.modes or {}).get(use) or DEFAULT_MODES[use]
 
 
 @dataclass(frozen=True)

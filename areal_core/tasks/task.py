@@ -199,4 +199,10 @@ def get_task(name: str, data_dir: str | Path | None = None, tasks_dirs: tuple[st
     reason = unavailable_reason(spec)
     if reason is not None:
         raise UnknownNameError(f"task {name!r} is unavailable: {reason}")
+    if spec.reward.modes:  # a misspelt mode fails here, naming the task, not when training starts
+        from areal_core.rewards.registry import check_modes
+
+        problem = check_modes(spec.reward.name, spec.reward.modes)
+        if problem is not None:
+            raise TaskSpecError(f"task {name!r} ({spec.source or 'registered'}): {problem}")
     return Task(spec, data_dir)

@@ -78,8 +78,11 @@ def test_grading_modes_lenient_for_evals_strict_on_request_recorded_and_shown(ar
     board = json.loads(areal("leaderboard", "--format", "json", env=eval_env).stdout)
     [shown] = [m["tasks"]["math500"] for m in board["models"]]
     assert shown["grading"] == manifests[shown["run_id"]]["reward"]["mode"]
+    assert shown["grading"] == "lenient"  # models are ranked graded alike: lenient, the eval default
     markdown = areal("leaderboard", "--format", "markdown", env=eval_env).stdout
-    assert "| grading |" in markdown and f"| {shown['grading']} |" in markdown
+    assert "| grading |" in markdown and "| lenient |" in markdown and "| strict |" not in markdown
+    strict_board = json.loads(areal("leaderboard", "--format", "json", "--grading", "strict", env=eval_env).stdout)
+    assert [m["tasks"]["math500"]["grading"] for m in strict_board["models"]] == ["strict"]
 
 
 def stored(db) -> list[tuple]:

@@ -86,7 +86,7 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     ref_text = reference_text(reference)
     if not isinstance(response, str):
         raise InputError(f"response of type {type(response).__name__} is not text")
-    extraction = extract_answer(response, options.get("extract", "auto"))
+    extraction = extract_answer(response, options.get("extract", "lenient"))
     details: dict[str, Any] = {
         "extracted": None if extraction.answer is None else extraction.answer[:500],
         "extracted_by": extraction.source,
