@@ -194,8 +194,9 @@ def _tail_object(sentence: str, leading_number: bool = False) -> tuple[str, str]
     return sentence, "sentence"
 
 
-def _cue_answer(text: str) -> tuple[Extraction, str] | None:
-    """The last "final answer" / "the answer is" / "Answer:" cue, with how its object was found."""
+def _cue_answer(text: str) -> tuple[Extraction, str, int] | None:
+    """The last "final answer" / "the answer is" / "Answer:" cue, how its object was found, and where
+    the cue starts."""
     found: list[tuple[int, Extraction, str]] = []
     for source, pattern in (("final_answer", _FINAL), ("answer_is", _ANSWER_IS)):
         for match in reversed(list(pattern.finditer(text))):
@@ -206,8 +207,8 @@ def _cue_answer(text: str) -> tuple[Extraction, str] | None:
                 break
     if not found:
         return None
-    _, extraction, how = max(found, key=lambda item: item[0])
-    return extraction, how
+    start, extraction, how = max(found, key=lambda item: item[0])
+    return extraction, how, start
 
 
 def _last_sentence_answer(text: str) -> Extraction | None:
@@ -251,12 +252,12 @@ def _lenient(text: str) -> Extraction:
     boxes = find_boxes(text)
     boxed = _boxed_answer(text) if boxes else None
     found = _cue_answer(text)
-    cue, how = found if found is not None else (None, "")
+    cue, how, cue_start = found if found is not None else (None, "", -1)
     # The last explicit final answer wins, whatever its kind: a box, or a later "Final Answer: ..."
     # that states its object outright (an intermediate \boxed{255} loses to it; a later remark such
     # as "the answer is an integer less than 12" does not beat a box).
     overrides = cue is not None and how in ("direct", "copula") and _has_object(cue.answer)
-    if boxed is not None and not (overrides and _cue_position(text) > boxes[-1][0]):
+    if boxed is not None and not (overrides and cue_start > boxes[-1][0]):
         return Extraction(boxed, "boxed")
     if cue is not None:
         return cue
@@ -290,11 +291,6 @@ def _lenient(text: str) -> Extraction:
     if m and not listed:
         return Extraction(m.group(1), "trailing")  # "We get 6! = 720"; not "So it is not 12."
     return NOTHING
-
-
-def _cue_position(text: str) -> int:
-    starts = [m.start() for pattern in (_FINAL, _ANSWER_IS) for m in pattern.finditer(text)]
-    return max(starts) if starts else -1
 
 
 def _strip_math(s: str) -> str:

@@ -72,13 +72,8 @@ class Channel:
         self._send_body(marshal.dumps(message, _REQUEST_VERSION))
 
     def _send_body(self, body: bytes) -> None:
-        view = memoryview(wire.frame(body))
-        while view:
-            try:
-                written = os.write(self.request_fd, view)
-            except OSError:
-                self.run.gone("the program stopped reading its calls")
-            view = view[written:]
+        if not _write_all(self.request_fd, wire.frame(body)):
+            self.run.gone("the program stopped reading its calls")
 
     def _read_exact(self, size: int) -> bytes:
         chunks = []
@@ -203,13 +198,8 @@ class Judge:
     # -- events for the supervisor --------------------------------------------------------------
     def send(self, kind: str, index: int = -1, verdict: str = "", message: str = "", count: int = 0) -> None:
         line = json.dumps({"e": kind, "i": index, "v": verdict, "m": _safe_text(message, 2000), "n": count}) + "\n"
-        view = memoryview(line.encode())
-        while view:
-            try:
-                written = os.write(self.event_fd, view)
-            except OSError:
-                os._exit(70)
-            view = view[written:]
+        if not _write_all(self.event_fd, line.encode()):
+            os._exit(70)  # the supervisor is gone: nothing left to report to
 
     # -- what crosses -----------------------------------------------------------------------------
     def reference_of(self, value):
@@ -443,6 +433,18 @@ class Judge:
                 self.hook(index, "error", exc)
             else:
                 self.hook(index, "ok", None)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of `data` to `fd`; False when the other end is gone."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except OSError:
+            return False
+        view = view[written:]
+    return True
 
 
 def _safe_text(value, limit: int = 500) -> str:
