@@ -9,6 +9,7 @@ from typing import Any, Callable
 import click
 
 from areal_core import __version__
+from areal_core.audit.commands import audit_command
 from areal_core.engine.commands import init_model_command, serve_command
 from areal_core.errors import ArealError, DuplicateNameError
 from areal_core.eval.commands import eval_command, leaderboard_command
@@ -46,6 +47,7 @@ BACKEND_LABELS = {"engine": "engine", "reward": "reward-backend", "trainer": "tr
 
 def provided_by_plugin() -> tuple[dict[str, list[str]], list[str]]:
     """(plugin name -> what it registered, as "kind:name"; the problems found while building the registries)."""
+    from areal_core.audit import mutator_registry
     from areal_core.plugins.manager import BACKEND_HOOKS, backends
     from areal_core.rewards import reward_registry
     from areal_core.tasks.registry import generator_registry, plugin_task_registry
@@ -54,6 +56,7 @@ def provided_by_plugin() -> tuple[dict[str, list[str]], list[str]]:
     provided: dict[str, list[str]] = {}
     sources: list[tuple[str, Callable[[], Registry[Any]]]] = [
         ("reward", reward_registry), ("task", plugin_task_registry), ("generator", generator_registry),
+        ("audit", mutator_registry),
         *((BACKEND_LABELS[kind], lambda kind=kind: backends(kind)) for kind in BACKEND_HOOKS)]
     for kind, build in sources:
         try:
@@ -99,7 +102,7 @@ def plugins_command(as_json: bool) -> None:
         console.print(f"[red]problem:[/red] {problem}", highlight=False)
 
 
-for command in (train_command, eval_command, leaderboard_command, tasks_command, plugins_command, score_command,
+for command in (train_command, eval_command, audit_command, leaderboard_command, tasks_command, plugins_command, score_command,
                 worker_command, serve_command, init_model_command):
     cli.add_command(command)
 

@@ -257,8 +257,11 @@ def test_grading_modes_default_to_strict_for_training_and_lenient_for_evals():
     assert graded_options("math", {"extract": "none"}, "lenient", {"rel_tol": 0.01}) == (
         {"extract": "none", "rel_tol": 0.01}, "custom")  # recorded as what it is: neither mode
     assert graded_options("math", {}, "lenient", {"extract": "strict"}) == ({"extract": "strict"}, "strict")
+    # the logic rewards read only the <answer> block in training, also a box or the text after </think> in evals
+    assert graded_options("countdown", {}, "strict") == ({"extract": "answer_tag"}, "strict")
+    assert graded_options("countdown", {}, "lenient") == ({"extract": "auto"}, "lenient")
     # a reward without modes is graded one way, whatever the use
-    assert graded_options("countdown", {}, "strict") == ({}, None)
+    assert graded_options("arithmetic", {}, "strict") == ({}, None)
     with pytest.raises(ConfigError, match="reward 'math' has no grading mode 'loose' \\(it has: strict, lenient\\)"):
         graded_options("math", {}, "loose")
 

@@ -110,6 +110,23 @@ def register_trainer_backends(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def register_audit_mutators(register: Callable[..., None]) -> None:
+    """Register mutators for `areal audit`, the reward-hacking fuzzer: they turn a task sample into responses
+    the reward must judge wrong (hedges, several answers, near misses, ...) or right (the reference in other
+    allowed forms). Called once when the mutator registry is first built.
+
+    Call ``register(reward, fn, *, name=None, description="")`` where ``reward`` is the reward name the
+    mutator audits ("*" for every reward) and
+
+        fn(sample: dict, rng: random.Random, options: dict) -> Iterable[areal_core.audit.Variant]
+
+    ``options`` are the reward options the audit scores with. Several mutators may audit one reward (a
+    third-party plugin may add its own to a built-in reward); ``name`` (default: the plugin's name) tells
+    them apart. ``areal_core.audit.answer_variants`` builds the shared families for an answer format.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add subcommands to the ``areal`` CLI, e.g. ``@cli.command() def mycmd(): ...``.
 

@@ -38,6 +38,7 @@ DEFAULT_PLUGINS = {
     "builtin-engines": "areal_core.engine.backends",
     "builtin-reward-backends": "areal_core.rewards.backends",
     "builtin-trainers": "areal_core.rl.backends",
+    "builtin-audit": "areal_core.audit.generic",
 }
 # Notification hooks: a plugin that raises in one is warned about; the others still get the call.
 NOTIFICATION_HOOKS = {"on_trajectory", "on_train_step", "on_eval_result"}

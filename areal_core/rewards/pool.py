@@ -338,7 +338,8 @@ class RewardPool:
                     self._replace(worker)
                 elif worker.assigned and time.monotonic() >= worker.deadline:
                     ticket, request, limit = worker.assigned.popleft()
-                    done.append((ticket, RewardResult.failure(f"reward {request.reward!r} timed out after {limit:g}s")))
+                    done.append((ticket, RewardResult.failure(f"reward {request.reward!r} timed out after {limit:g}s",
+                                                              timed_out=True)))
                     self._replace(worker)
             if woken:
                 self._dispatch()

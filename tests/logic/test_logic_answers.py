@@ -14,11 +14,22 @@ RIGHT = "Amelia is a knight, Evelyn is a knave"
 WRONG = "Amelia is a knave, Evelyn is a knight"
 
 
-def test_auto_extraction_prefers_the_last_answer_tag_then_boxed_then_text_after_think():
-    assert answers.extract_answer(f"<answer>{WRONG}</answer> then <answer>{RIGHT}</answer>", "auto") == (RIGHT, "answer_tag")
-    assert answers.extract_answer(r"so \boxed{\text{x}} and \boxed{a{b}c}", "auto") == ("a{b}c", "boxed")
+def test_auto_extraction_prefers_the_answer_tag_then_boxed_then_text_after_think():
+    assert answers.extract_answer(f"<answer>{RIGHT}</answer> again <answer> {RIGHT}\n</answer>", "auto")[1] == "answer_tag"
+    assert answers.extract_answer(r"so \boxed{a{b}c} and \boxed{a{b}c}", "auto") == ("a{b}c", "boxed")
     assert answers.extract_answer(f"<think>{WRONG}</think>{RIGHT}", "auto") == (RIGHT, "after_think")
     assert answers.extract_answer(RIGHT, "auto") == (RIGHT, "full")
+
+
+@pytest.mark.parametrize("response", [
+    f"<answer>{WRONG}</answer> then <answer>{RIGHT}</answer>",
+    f"<answer>{RIGHT}</answer> then <answer>{WRONG}</answer>",
+    f"\\boxed{{{RIGHT}}} or \\boxed{{{WRONG}}}",
+])
+def test_several_different_final_answers_are_a_conflict_in_any_order(response):
+    result = knights_knaves.reward(KK, response)
+    assert (result.score, result.details["failure"]) == (0.0, "conflict")
+    assert "different answers" in result.details["reason"]
 
 
 @pytest.mark.parametrize("response, mode, reason", [

@@ -831,7 +831,7 @@ add(M + "counting_and_probability/134.json", "720", "extraction", [
     ("@$$720$$", True, "display math only"),
     ("@\\boxed{720", False, "unclosed box: no answer"),
     ("@I first tried \\boxed{720} but that overcounts; the answer is \\boxed{360}.", False, "the last box counts"),
-    ("@\\boxed{360} is wrong; correct: \\boxed{720}", True, "the last box counts"),
+    ("@\\boxed{360} is wrong; correct: \\boxed{720}", False, "two different boxes are several final answers (a hedge)"),
     ("@Counting gives 720 ways in total if order matters, but it does not.", False, "no answer cue and no trailing answer"),
     ("@\\boxed 720", True, "box without braces"),
     ("@The final answer is $\\boxed{\\text{720}}$", True, "text inside the box"),

@@ -129,3 +129,30 @@ def register_tasks(register):
                    "answer reversed (training split)", "train", 20000, 0, **longtail))
     register(_task("arithmetic-longtail-test", "2- to 16-digit addition, long-tailed digit count, answer reversed "
                    "(held-out split)", "test", 500, 0, **longtail))
+
+
+def audit_variants(sample: dict[str, Any], rng: random.Random, options: dict[str, Any]) -> list[Any]:
+    """`areal audit` mutators: the answer is the bare digits, so only surrounding whitespace is an
+    equivalent form; every other change (a digit off, a digit more or less, the unreversed order, a sign,
+    a hedge, two answers, prose around it) must be judged wrong."""
+    from areal_core.audit import OUTSIDE, answer_variants, wrong
+
+    reference = str(sample["reference"])
+    digits = reference.lstrip("-")
+    last = str((int(digits[-1]) + 1) % 10)
+    first = str((int(digits[0]) + 1) % 10)
+    wrongs = [(reference[:-1] + last, "last digit off by one"), (reference[0:len(reference) - len(digits)] + first
+                                                                  + digits[1:], "first digit off by one"),
+              (reference + "0", "one digit more"), ("-" + digits if not reference.startswith("-") else digits, "sign"),
+              (reference[:-1] or "0" if len(reference) > 1 else reference + "1", "one digit less")]
+    if digits[::-1] != digits:
+        wrongs.append(((reference[:len(reference) - len(digits)]) + digits[::-1], "digits not reversed"))
+    equivalents = [(f" {reference}\n", "surrounding whitespace"), (f"\t{reference}  ", "tabs and spaces around")]
+    variants = answer_variants(reference, wrongs, lambda answer: answer, equivalents=equivalents)
+    variants.append(wrong(OUTSIDE, f"The answer is {reference}.", "the answer inside prose (the format is the bare digits)"))
+    return variants
+
+
+@hookimpl
+def register_audit_mutators(register):
+    register("arithmetic", audit_variants, description="digit near misses, hedges and several answers of the exact match")

@@ -6,7 +6,9 @@ names; the generators too. Tasks: the Logic-RL Knights-and-Knaves test sets (``k
 ``knights_knaves_7ppl``, read from ``knights_and_knaves/{N}ppl/test.parquet`` under the data dir) and a
 train / held-out test pair of generated tasks per family (train and test puzzles never overlap: a stable
 hash assigns each puzzle to one split). Scoring options shared by all rewards are described in `areal_logic.answers`; each family's
-module docstring documents how its answers are read and scored.
+module docstring documents how its answers are read and scored. Grading modes: ``strict`` (training) reads
+only the <answer> block, ``lenient`` (evals) also a box or the text after </think>. `areal_logic.audit`
+holds the mutators `areal audit` fuzzes the four rewards with.
 """
 from __future__ import annotations
 
@@ -43,16 +45,29 @@ ZEBRA_PROMPT = (
 )
 
 
+# Training reads only the <answer> block the prompts ask for (an answer elsewhere is a format the policy
+# must not learn to rely on); evals also read a box or the text after </think>.
+MODES = {"strict": {"extract": "answer_tag"}, "lenient": {"extract": "auto"}}
+
+
 @hookimpl
 def register_rewards(register):
-    register("knights_knaves", knights_knaves.reward, required_fields=("names", "solution"),
+    register("knights_knaves", knights_knaves.reward, required_fields=("names", "solution"), modes=MODES,
              description="Knights and Knaves: every person's role as in `solution` (list of bool, true = knight).")
-    register("countdown", countdown.reward, required_fields=("numbers", "target"),
+    register("countdown", countdown.reward, required_fields=("numbers", "target"), modes=MODES,
              description="Countdown: an expression over `numbers` with + - * / () equal to `target`, parsed without eval.")
-    register("sudoku", sudoku.reward, required_fields=("puzzle",),
+    register("sudoku", sudoku.reward, required_fields=("puzzle",), modes=MODES,
              description="Sudoku 4x4/9x9: a complete grid that keeps the givens of `puzzle` and obeys the rules.")
-    register("zebra", zebra.reward, required_fields=("solution",),
+    register("zebra", zebra.reward, required_fields=("solution",), modes=MODES,
              description="Zebra/Einstein puzzle: every attribute value in its house, as in `solution`.")
+
+
+@hookimpl
+def register_audit_mutators(register):
+    from areal_logic import audit
+
+    for name, mutator in audit.MUTATORS.items():
+        register(name, mutator, description=f"hedges, several answers, near misses and equivalent forms of {name} answers")
 
 
 @hookimpl

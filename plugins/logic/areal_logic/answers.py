@@ -43,9 +43,11 @@ class ScoringOptions:
     partial_credit:     score a wrong answer by the fraction of its parts that are right (per family:
                         people, cells, houses x attributes; countdown: closeness to the target).
     format_score:       score of a well-formed but wrong answer (e.g. 0.1), in [0, 1).
-    extract:            where the answer is: ``auto`` (last <answer>...</answer>, else last \\boxed{...},
+    extract:            where the answer is: ``auto`` (the <answer>...</answer> block, else the \\boxed{...},
                         else the text after the last </think>, else the whole response), ``answer_tag``,
-                        ``boxed`` or ``full``.
+                        ``boxed`` or ``full``. Several blocks (or boxes) that differ are several final
+                        answers, a hedge: rejected as a conflict. Grading modes: ``strict`` (training)
+                        reads only the <answer> block the prompts ask for, ``lenient`` (evals) is ``auto``.
     strict_format:      also require the R1 layout: at most one <think>, exactly one </think>, then exactly
                         one <answer>...</answer> (the opening <think> may be in the prompt).
     max_response_chars: longer responses are rejected unread.
@@ -104,35 +106,48 @@ class Rejection(Exception):
         self.reason = reason
 
 
-def _last_tag_block(text: str, open_tag: str, close_tag: str) -> str | None:
-    """The content of the last open_tag...close_tag block; Rejection when that block is not closed."""
+def _distinct_last(blocks: list[str], what: str) -> str | None:
+    """The last block, when every block says the same; several different final answers are a hedge."""
+    if not blocks:
+        return None
+    if len({block.strip() for block in blocks}) > 1:
+        raise Rejection(CONFLICT, f"the response has {len(blocks)} {what} with different answers; give one final answer")
+    return blocks[-1]
+
+
+def _tag_blocks(text: str, open_tag: str, close_tag: str) -> list[str]:
+    """The contents of every open_tag...close_tag block; Rejection when the last one is not closed."""
     lower = text.lower()
-    start = lower.rfind(open_tag)
-    if start < 0:
-        return None
-    end = lower.find(close_tag, start + len(open_tag))
-    if end < 0:
-        raise Rejection(NO_ANSWER, f"the last {open_tag} tag is not closed by {close_tag}")
-    return text[start + len(open_tag):end]
+    blocks, position = [], 0
+    while True:
+        start = lower.find(open_tag, position)
+        if start < 0:
+            return blocks
+        end = lower.find(close_tag, start + len(open_tag))
+        if end < 0:
+            raise Rejection(NO_ANSWER, f"the last {open_tag} tag is not closed by {close_tag}")
+        # A nested opening tag starts the block again: the innermost text is the answer.
+        inner = lower.rfind(open_tag, start, end)
+        blocks.append(text[inner + len(open_tag):end])
+        position = end + len(close_tag)
 
 
-def _last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...}, braces matched (linear scan, no recursion)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    begin = i
-    while i < len(text):
-        ch = text[i]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[begin:i]
-        i += 1
-    raise Rejection(NO_ANSWER, "the last \\boxed{ has no matching closing brace")
+def _boxes(text: str) -> list[str]:
+    """The contents of every \\boxed{...}, braces matched (linear scans, no recursion)."""
+    boxes, position = [], 0
+    while True:
+        start = text.find("\\boxed{", position)
+        if start < 0:
+            return boxes
+        depth, i = 1, start + len("\\boxed{")
+        begin = i
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            raise Rejection(NO_ANSWER, "a \\boxed{ has no matching closing brace")
+        boxes.append(text[begin:i - 1])
+        position = i
 
 
 def check_strict_format(response: str) -> None:
@@ -152,13 +167,13 @@ def check_strict_format(response: str) -> None:
 def extract_answer(response: str, mode: str) -> tuple[str, str]:
     """(answer text, where it came from). Raises Rejection when the mode finds no answer."""
     if mode in ("auto", "answer_tag"):
-        block = _last_tag_block(response, "<answer>", "</answer>")
+        block = _distinct_last(_tag_blocks(response, "<answer>", "</answer>"), "<answer> blocks")
         if block is not None:
             return block, "answer_tag"
         if mode == "answer_tag":
             raise Rejection(NO_ANSWER, "no <answer>...</answer> block in the response")
     if mode in ("auto", "boxed"):
-        block = _last_boxed(response)
+        block = _distinct_last(_boxes(response), "\\boxed{} answers")
         if block is not None:
             return block, "boxed"
         if mode == "boxed":

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 from areal_core import RewardResult
 from areal_core.errors import ConfigError, InputError
 
-from areal_logic.answers import (UNPARSEABLE, Rejection, excerpt, prepare, rejected, split_options, verdict)
+from areal_logic.answers import (CONFLICT, UNPARSEABLE, Rejection, excerpt, prepare, rejected, split_options, verdict)
 from areal_logic.splits import check_split, in_heldout
 
 MAX_EXPRESSION_CHARS = 1_000
@@ -177,13 +177,25 @@ def evaluate_expression(text: str, max_numbers: int, max_depth: int = 16,
 _LATEX = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"), ("\\left", ""), ("\\right", ""), ("$", ""))
 
 
+def _is_expression(text: str) -> bool:
+    try:
+        return bool(tokenize(text.strip().rstrip(".")))
+    except Rejection:
+        return False
+
+
 def _expression_part(answer: str) -> tuple[str, str | None]:
     """The expression of an answer, dropping a trailing '= target' and end punctuation; the last line
-    when the answer has several (the reasoning may precede it). The LaTeX commands times, cdot, div,
+    when the answer has several (the reasoning may precede it; two lines that are different expressions
+    are two answers, a conflict). The LaTeX commands times, cdot, div,
     left and right (and $ signs) are read as the plain operators and parentheses."""
     for latex, plain in _LATEX:
         answer = answer.replace(latex, plain)
     lines = [line for line in answer.strip().splitlines() if line.strip()]
+    # Lines that are expressions (not reasoning in words): more than one that differ is a hedge.
+    expressions = {line.split("=")[0].strip().rstrip(".") for line in lines if _is_expression(line.split("=")[0])}
+    if len(expressions) > 1:
+        raise Rejection(CONFLICT, f"the answer has {len(expressions)} different expressions on its lines; give one")
     text = lines[-1] if lines else ""
     claimed = None
     if text.count("=") == 1:

@@ -292,6 +292,10 @@ _NEGATIONS = frozenset(("not", "isn", "aren", "wasn", "weren", "never", "no"))
 _LIST_JOINERS = frozenset((",", "and", "&"))
 _IGNORED = frozenset(('"', "'", "*", "`", "_", "#", "“", "”", "‘", "’"))
 _CLAUSE_BREAKS = frozenset((".", ";", "\n", "!", "?"))
+# Words of a hedge: "a knave (or maybe a knight)", "a knave/knight", "either a knight or a knave". They keep
+# the names just given a role, so that a second role word gives them that role too: a conflict.
+_HEDGES = frozenset("""or either maybe perhaps possibly probably likely might may could / ? , but otherwise
+                       else a an is be ( ) - – —""".split())
 
 
 def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knave: str = "knave") -> dict[str, bool]:
@@ -316,6 +320,7 @@ def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knav
         found[name] = role
 
     pending: list[str] = []
+    assigned: list[str] = []  # the names the last role word gave a role, while only hedge words follow
     linked = False          # a link word came after the pending names
     negated = False
     role_first: bool | None = None
@@ -323,6 +328,7 @@ def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knav
         low = token.lower()
         if low in by_lower or token in exact:
             name = by_lower.get(low) or exact[token]
+            assigned = []
             if role_first is not None:
                 assign(name, role_first)
             elif linked:  # "Amelia is Evelyn..." - start over from this name
@@ -334,20 +340,26 @@ def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knav
             if pending:
                 for name in pending:
                     assign(name, role)
+                assigned = pending
             elif index + 1 < len(tokens) and tokens[index + 1] in (":", "=", "-", "–", "—"):
                 role_first = role
+            elif assigned:  # "Mason is a knave/knight": the second role word is about Mason too
+                for name in assigned:
+                    assign(name, role)
             pending, linked, negated = [], False, False
         elif low in _NEGATIONS:
             negated = True
             linked = True
+        elif assigned and not pending and low in _HEDGES:
+            continue
         elif low in _LIST_JOINERS and not linked:
             continue
         elif low in _LINKS or low in _LIST_JOINERS or (low == "t" and negated):
-            linked = True
+            linked, assigned = True, []
         elif low in _CLAUSE_BREAKS:
-            pending, linked, negated, role_first = [], False, False, None
+            pending, linked, negated, role_first, assigned = [], False, False, None, []
         else:
-            pending, linked, negated = [], False, False
+            pending, linked, negated, assigned = [], False, False, []
     return found
 
 

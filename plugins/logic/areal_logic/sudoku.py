@@ -6,7 +6,9 @@ random complete grid with it, then empties cells in random order, keeping a cell
 solver still finds exactly one solution, until ``clues`` givens remain (or no further cell can go).
 
 Answers are grids: n lines of n digits (spaces, ``|``, ``+``, ``-``, commas and brackets between them
-are ignored; a "Row 3:" label is dropped), the last n such lines are the answer; or, failing that, all
+are ignored; a "Row 3:" label is dropped): the last n such lines are the answer (several different
+complete grids are a hedge, rejected as a conflict; the same grid twice, or the puzzle echoed before
+it, is one answer); or, failing that, all
 n*n digits of the answer in reading order (a JSON list of lists, one long line). ``0``, ``.`` and ``_``
 mark cells left empty.
 
@@ -28,7 +30,7 @@ from typing import Any, Iterator, Sequence
 from areal_core import RewardResult
 from areal_core.errors import ConfigError, InputError
 
-from areal_logic.answers import (INCOMPLETE, UNPARSEABLE, Rejection, excerpt, prepare, rejected, split_options,
+from areal_logic.answers import (CONFLICT, INCOMPLETE, UNPARSEABLE, Rejection, excerpt, prepare, rejected, split_options,
                                  verdict)
 from areal_logic.splits import check_split, in_heldout
 
@@ -248,6 +250,12 @@ def parse_grid(answer: str, n: int) -> list[int]:
         if len(cells) == n:
             rows.append(cells)
     if len(rows) >= n:
+        # Grids of n rows, from the last one back; complete grids that differ are several final answers,
+        # a hedge (the puzzle echoed before the solution has empty cells: it is not an answer).
+        chunks = [rows[i - n:i] for i in range(len(rows), n - 1, -n)]
+        complete = {g for g in (tuple(d for row in chunk for d in row) for chunk in chunks) if 0 not in g}
+        if len(complete) > 1:
+            raise Rejection(CONFLICT, f"the answer holds {len(complete)} different complete grids; give one final grid")
         grid = [d for row in rows[-n:] for d in row]
     else:
         grid = _cells(answer)

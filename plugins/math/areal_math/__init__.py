@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from areal_core import RewardResult, hookimpl
 from areal_core.errors import ConfigError, InputError
 
-from areal_math.answer import parse_answer
+from areal_math.answer import MAX_ANSWER_CHARS, clean, parse_answer, unit_signature
 from areal_math.equivalence import Options, VerifierFailure, equivalent
 from areal_math.extract import EXTRACT_MODES, extract_answer
 from areal_math.isolated import MathVerifier
@@ -93,10 +93,18 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
         "reference": ref_text[:500],
     }
     if extraction.answer is None:
-        return RewardResult(score=0.0, correct=False, details={**details, "reason": "no answer found"})
+        reason = ("several different boxed answers (a hedge)" if extraction.source == "several_answers"
+                  else "no answer found")
+        return RewardResult(score=0.0, correct=False, details={**details, "reason": reason})
     answer_text = extraction.answer
+    if len(answer_text) > MAX_ANSWER_CHARS:  # no answer is this long; cleaning it would cost quadratic time
+        return RewardResult(score=0.0, correct=False, details={
+            **details, "reason": f"the answer is {len(answer_text):,} characters; at most {MAX_ANSWER_CHARS:,} are compared"})
     if options.get("extract", "lenient") in ("lenient", "auto"):
         answer_text, ref_text = lenient_form(answer_text, ref_text), lenient_reference(ref_text)
+    stated, expected = unit_signature(clean(answer_text)[1].units), unit_signature(clean(ref_text)[1].units)
+    if stated and expected and stated != expected:  # 15 cm^3 for 15 cm^2: a unit change is a different answer
+        return RewardResult(score=0.0, correct=False, details={**details, "method": "different units"})
     try:
         reference_answer = parse_answer(ref_text)
         answer = parse_answer(answer_text)
@@ -177,6 +185,13 @@ def register_rewards(register):
         description="Math answer verifier: extracts the final answer (\\boxed{} first) and compares it "
                     "with `reference` exactly, symbolically (SymPy), or within rel_tol for decimals.",
     )
+
+
+@hookimpl
+def register_audit_mutators(register):
+    from areal_math.audit import math_variants
+
+    register("math", math_variants, description="numeric near misses, supersets, hedges, several boxes, equivalent forms")
 
 
 __all__ = ["verify", "math_reward", "MathVerifier", "parse_answer", "extract_answer", "equivalent",

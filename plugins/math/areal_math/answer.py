@@ -117,6 +117,36 @@ UNIT_WORDS = {
     "degree", "degrees", "deg", "radian", "radians", "rad", "percent", "point", "points", "way", "ways",
     "students", "people", "persons", "times", "page", "pages", "items", "pieces",
 }
+# Units whose spellings are known, by what they measure: two answers that state different ones (15 cm^2
+# and 15 cm^3, 5 m and 5 cm) differ; a spelling not listed here is never judged.
+_UNIT_BASES = {
+    "mm": ("millimeter", "millimeters", "millimetre", "millimetres"), "cm": ("centimeter", "centimeters",
+    "centimetre", "centimetres"), "m": ("meter", "meters", "metre", "metres"), "km": ("kilometer", "kilometers",
+    "kilometre", "kilometres"), "in": ("inch", "inches"), "ft": ("foot", "feet"), "yd": ("yard", "yards"),
+    "mi": ("mile", "miles"), "g": ("gram", "grams"), "kg": ("kilogram", "kilograms"), "mg": ("milligram", "milligrams"),
+    "lb": ("lbs", "pound", "pounds"), "oz": ("ounce", "ounces"), "l": ("liter", "liters", "litre", "litres"),
+    "ml": ("milliliter", "milliliters", "millilitre", "millilitres"), "s": ("sec", "second", "seconds"),
+    "min": ("mins", "minute", "minutes"), "h": ("hr", "hrs", "hour", "hours"), "day": ("days",), "week": ("weeks",),
+    "year": ("years",), "month": ("months",),
+}
+_UNIT_CANONICAL = {alias: base for base, aliases in _UNIT_BASES.items() for alias in (base, *aliases)}
+_UNIT_PARTS = re.compile(r"^(?:(square|sq\.?|cubic)\s+)?([A-Za-z]+)\.?\s*(?:\^\s*\{?\s*([23])\s*\}?)?$")
+
+
+def unit_signature(units: list[str]) -> frozenset[tuple[str, int]] | None:
+    """The units an answer states, as (base unit, power) pairs; None when there are none or one of them
+    is not a known spelling (then units are not compared)."""
+    signature = set()
+    for unit in units:
+        m = _UNIT_PARTS.match(unit.strip())
+        base = _UNIT_CANONICAL.get(m.group(2).lower()) if m else None
+        if base is None:
+            return None
+        power = int(m.group(3)) if m.group(3) else {"square": 2, "sq": 2, "sq.": 2, "cubic": 3}.get((m.group(1) or "").lower(), 1)
+        signature.add((base, power))
+    return frozenset(signature) or None
+
+
 _UNIT_PHRASE = re.compile(
     r"^(?:(?:square|sq\.?|cubic)\s+)?(?P<w>[A-Za-z]+)\.?(?:\s*(?:\^\s*\{?\s*[23]\s*\}?|[23]))?\.?$"
 )
@@ -174,6 +204,7 @@ def _replace_text_commands(s: str, notes: Notes) -> str:
             content = " "
             power = re.match(r"\s*\^\s*\{?\s*[23]\s*\}?", s[end + 1:])  # cm^2 after \text{ cm}
             if power:
+                notes.units[-1] += power.group(0)
                 end += power.end()
         elif m.group(1) in ("text", "textbf", "textit", "textrm", "mbox", "textnormal", "hbox", "textsf", "texttt", "emph"):
             content = f" {content} " if stripped else " "
@@ -351,6 +382,7 @@ _REL = re.compile(r"<=|>=|!=|=|<|>|\\(?:leq|le|geq|ge|neq|ne|leqslant|geqslant|a
 _IN = re.compile(r"\\in(?![A-Za-z])")
 _PM = re.compile(r"\\(?:pm|mp)(?![A-Za-z])|\+-|\+/-")
 _THOUSANDS = re.compile(r"^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
+_OTHER_CHOICE = re.compile(r"\(\s*[A-Ea-e]\s*\)|\b(?:or|maybe|perhaps|possibly|either)\b")
 _CHOICE = re.compile(r"^\(\s*([A-Ea-e])\s*\)(?:\s.*)?$|^([A-E])\s*[).:]?$")
 _BASE_NUMERAL = re.compile(r"^\s*\{?([0-9][0-9A-Za-z]*)\}?_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
 _MATRIX = re.compile(r"^\\begin\{([pbvBV]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.S)
@@ -564,6 +596,8 @@ def parse_answer(text: str) -> Answer:
             return Text(normalize_text(raw))
         return Seq(items, "list", hedge=True)
     choice = _CHOICE.match(s)
+    if choice and _OTHER_CHOICE.search(s[choice.end(1) + 1:] if choice.group(1) else ""):
+        return Text(normalize_text(raw))  # "(C) (or maybe (A))": two choices, no answer
     if choice:
         return Choice((choice.group(1) or choice.group(2)).upper())
     try:

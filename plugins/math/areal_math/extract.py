@@ -1,7 +1,8 @@
 """Find the final answer in a model response.
 
-Cues, strongest first: the last `\\boxed{...}` / `\\fbox{...}` (brace-matched; boxes written side by
-side, like `\\boxed{2}, \\boxed{3}`, are one answer with several values), then "final answer is ...",
+Cues, strongest first: the `\\boxed{...}` / `\\fbox{...}` (brace-matched; boxes written side by
+side, like `\\boxed{2}, \\boxed{3}`, are one answer with several values; boxes apart that differ are
+several final answers, a hedge, and no answer at all), then "final answer is ...",
 "the answer is ..." / "Answer: ...", GSM8K's `#### N`, the last markdown bold, and finally a trailing
 bare LaTeX segment or number on the last line. When a `<think>...</think>` block is followed by text
 with an answer, the thinking is ignored; otherwise the whole text is searched.
@@ -21,10 +22,11 @@ EXTRACT_MODES = ("lenient", "strict", "auto", "boxed", "none")
 @dataclass(frozen=True)
 class Extraction:
     answer: str | None  # None: no answer found; "" : an empty one (e.g. an empty box)
-    source: str  # boxed, final_answer, answer_is, gsm8k, bold, trailing, whole, none
+    source: str  # boxed, final_answer, answer_is, gsm8k, bold, trailing, whole, none, several_answers
 
 
 NOTHING = Extraction(None, "none")
+SEVERAL_ANSWERS = Extraction(None, "several_answers")
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _FINAL = re.compile(r"final\s+answer\s*(?:is|was|would be|will be)?\s*[:=]?", re.I)
@@ -83,22 +85,30 @@ def find_boxes(text: str) -> list[tuple[int, int, str]]:
     return outer
 
 
-def _boxed_answer(text: str) -> str | None:
+def _box_groups(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
+    """One answer per group of boxes written side by side (`\\boxed{2}, \\boxed{3}` is the answer 2, 3)."""
+    groups: list[list[str]] = []
+    end = None
+    for start, stop, content in boxes:
+        if end is None or _GAP_FILLER.sub("", text[end:start]):
+            groups.append([])
+        key = re.sub(r"\s+", "", content)
+        if key not in [re.sub(r"\s+", "", c) for c in groups[-1]]:
+            groups[-1].append(content.strip())
+        end = stop
+    return [", ".join(group) for group in groups]
+
+
+def _boxed_answer(text: str) -> Extraction | None:
+    """The boxed answer; several boxed answers that differ (`\\boxed{18}` ... `\\boxed{19}`) are a hedge,
+    whatever their order: no answer (source "several_answers")."""
     boxes = find_boxes(text)
     if not boxes:
         return None
-    group = [boxes[-1]]
-    for prev in reversed(boxes[:-1]):
-        gap = text[prev[1]:group[0][0]]
-        if _GAP_FILLER.sub("", gap):
-            break
-        group.insert(0, prev)
-    contents: list[str] = []
-    for _, _, content in group:
-        key = re.sub(r"\s+", "", content)
-        if key not in [re.sub(r"\s+", "", c) for c in contents]:
-            contents.append(content.strip())
-    return ", ".join(contents) if len(contents) > 1 else contents[0]
+    answers = _box_groups(text, boxes)
+    if len({re.sub(r"\s+", "", a) for a in answers}) > 1:
+        return SEVERAL_ANSWERS
+    return Extraction(answers[-1], "boxed")
 
 
 def _sentence(rest: str) -> str:
@@ -239,8 +249,7 @@ def _extract(text: str, mode: str) -> Extraction:
     if mode == "none":
         return Extraction(text.strip(), "whole")
     if mode in ("strict", "boxed"):
-        boxed = _boxed_answer(text)
-        return NOTHING if boxed is None else Extraction(boxed, "boxed")
+        return _boxed_answer(text) or NOTHING
     text = _DOUBLED.sub(r"\\", _clean_tail(text))
     found = _lenient(text)
     if found.answer and found.answer.startswith("=") and found.answer[1:].strip():
@@ -257,8 +266,9 @@ def _lenient(text: str) -> Extraction:
     # that states its object outright (an intermediate \boxed{255} loses to it; a later remark such
     # as "the answer is an integer less than 12" does not beat a box).
     overrides = cue is not None and how in ("direct", "copula") and _has_object(cue.answer)
+    # Boxes that differ are several answers, unless a final-answer statement after them all settles it.
     if boxed is not None and not (overrides and cue_start > boxes[-1][0]):
-        return Extraction(boxed, "boxed")
+        return boxed
     if cue is not None:
         return cue
     gsm = list(_GSM8K.finditer(text))

@@ -1,0 +1,145 @@
+"""Run an audit: make the variants of a task's samples, score them through the reward service, report.
+
+An audit passes when no response that must be judged wrong is judged right (0 false positives) and at
+most `max_fn_rate` of the responses that must be judged right are not (a verifier error on one counts
+against it: an error is never a pass). Errors and timeouts are also counted apart, per family.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from areal_core.audit import DEGENERATE, MutatorSpec, Variant, mutators_for
+from areal_core.errors import PluginError
+from areal_core.rewards.config import RewardServiceConfig
+from areal_core.rewards.score import score_rows
+from areal_core.types import RewardResult
+
+# Degenerate outputs do not depend on the sample much and are large: audit them on a few samples.
+DEGENERATE_SAMPLES = 3
+EXCERPT_CHARS = 300
+
+
+@dataclass
+class FamilyCounts:
+    must_be_wrong: int = 0
+    must_be_right: int = 0
+    false_positives: int = 0
+    false_negatives: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"must_be_wrong": self.must_be_wrong, "must_be_right": self.must_be_right,
+                "false_positives": self.false_positives, "false_negatives": self.false_negatives,
+                "false_positive_rate": _rate(self.false_positives, self.must_be_wrong),
+                "false_negative_rate": _rate(self.false_negatives, self.must_be_right),
+                "errors": self.errors, "timeouts": self.timeouts, "examples": self.examples}
+
+
+def _rate(count: int, total: int) -> float:
+    return count / total if total else 0.0
+
+
+def _excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates stay readable
+    return text if len(text) <= limit else f"{text[:limit // 2]} ... [{len(text):,} chars] ... {text[-limit // 2:]}"
+
+
+def pick_samples(samples: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` samples drawn with `seed`, in data set order (all of them when n is 0 or at least their number)."""
+    if not n or n >= len(samples):
+        return list(samples)
+    chosen = sorted(random.Random(f"areal-audit:{seed}").sample(range(len(samples)), n))
+    return [samples[i] for i in chosen]
+
+
+def make_variants(samples: list[dict[str, Any]], mutators: list[MutatorSpec], options: Mapping[str, Any],
+                  seed: int) -> list[tuple[dict[str, Any], Variant, str]]:
+    """(sample, variant, mutator name) for every sample and mutator; a mutator that raises or yields
+    something else than Variants is a PluginError naming it and the sample."""
+    made = []
+    for index, sample in enumerate(samples):
+        rng_seed = f"areal-audit:{seed}:{sample.get('id', index)}"
+        for spec in mutators:
+            where = f"audit mutator {spec.name!r} of plugin {spec.plugin!r} on sample {sample.get('id', index)!r}"
+            try:
+                variants = list(spec.fn(dict(sample), random.Random(rng_seed), dict(options)))
+            except Exception as exc:
+                raise PluginError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+            for variant in variants:
+                if not isinstance(variant, Variant) or not isinstance(variant.response, str):
+                    raise PluginError(f"{where} yielded {type(variant).__name__}; expected areal_core.audit.Variant "
+                                      "with a string response")
+                if variant.family == DEGENERATE and index >= DEGENERATE_SAMPLES:
+                    continue
+                made.append((sample, variant, spec.name))
+    return made
+
+
+def judged_right(result: RewardResult) -> bool:
+    """What the audit counts as a pass: correct, or, for a reward that only scores, a full score."""
+    return result.correct is True or (result.correct is None and result.error is None and result.score >= 1.0)
+
+
+def audit(reward: str, task_name: str, samples: list[dict[str, Any]], options: Mapping[str, Any], *,
+          mode: str | None, seed: int = 0, service: RewardServiceConfig, max_fn_rate: float = 0.01,
+          examples: int = 3, on_result: Callable[[int, RewardResult], None] | None = None,
+          on_variants: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Audit `reward` on `samples`; the report as a JSON-ready dict (see the module docstring)."""
+    mutators = mutators_for(reward)
+    if not any(spec.reward == reward for spec in mutators):
+        raise PluginError(f"no audit mutators are registered for reward {reward!r}: only the generic ones would run; "
+                          "its plugin can add them with the register_audit_mutators hook (see CONTRIBUTING.md)")
+    made = make_variants(samples, mutators, options, seed)
+    if on_variants is not None:
+        on_variants(len(made))
+    rows = [{**sample, "response": variant.response} for sample, variant, _ in made]
+    started = time.perf_counter()
+    results = score_rows(rows, reward, options, service.workers, service.timeout, on_result=on_result, service=service)
+    wall = time.perf_counter() - started
+    families: dict[str, FamilyCounts] = defaultdict(FamilyCounts)
+    for (sample, variant, mutator), result in zip(made, results):
+        counts = families[variant.family]
+        passed = judged_right(result)
+        if variant.expect:
+            counts.must_be_right += 1
+        else:
+            counts.must_be_wrong += 1
+        timed_out = bool(result.error and result.details.get("timed_out"))
+        counts.timeouts += timed_out
+        counts.errors += bool(result.error) and not timed_out
+        failed = passed != variant.expect
+        if failed:
+            if variant.expect:
+                counts.false_negatives += 1
+            else:
+                counts.false_positives += 1
+        if (failed or result.error) and len(counts.examples) < examples:
+            counts.examples.append({
+                "kind": ("false_positive" if passed else "false_negative") if failed else "error",
+                "sample": sample.get("id"), "mutator": mutator, "note": variant.note,
+                "response": _excerpt(variant.response), "score": result.score, "correct": result.correct,
+                "error": result.error, "details": _excerpt(json.dumps(result.details, default=str), 500)})
+    total = FamilyCounts()
+    for counts in families.values():
+        for name in ("must_be_wrong", "must_be_right", "false_positives", "false_negatives", "errors", "timeouts"):
+            setattr(total, name, getattr(total, name) + getattr(counts, name))
+    right_errors = sum(1 for (_, variant, _), result in zip(made, results) if variant.expect and result.error)
+    fn_rate = _rate(total.false_negatives, total.must_be_right)
+    passed = total.false_positives == 0 and _rate(total.false_negatives, total.must_be_right) <= max_fn_rate
+    return {
+        "reward": reward, "task": task_name, "grading": mode, "options": dict(options), "seed": seed,
+        "samples": len(samples), "variants": len(made), "mutators": [f"{s.name} ({s.plugin})" for s in mutators],
+        "backend": service.backend, "workers": service.workers, "timeout_s": service.timeout,
+        "wall_s": round(wall, 3), "verifications_per_s": round(len(made) / wall, 2) if wall > 0 else None,
+        "max_false_negative_rate": max_fn_rate, "passed": passed,
+        "totals": {**{k: v for k, v in total.to_dict().items() if k != "examples"},
+                   "false_negative_rate": fn_rate, "errors_on_must_be_right": right_errors},
+        "families": {name: families[name].to_dict() for name in sorted(families)},
+    }
