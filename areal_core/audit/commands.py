@@ -79,9 +79,11 @@ def print_report(report: dict[str, Any]) -> None:
 
     console = Console()
     grading = f", grading {report['grading']}" if report["grading"] else ""
-    table = Table(title=f"areal audit: reward {report['reward']!r} on task {report['task']!r}{grading}")
+    table = Table(title=f"areal audit: reward {report['reward']!r} on task {report['task']!r}{grading}",
+                  caption="wrong / right: variants that must be judged so; FP: wrong ones judged right; "
+                          "FN: right ones not judged right")
     table.add_column("family", no_wrap=True)
-    for column in ("must be wrong", "false pos.", "must be right", "false neg.", "errors", "timeouts"):
+    for column in ("wrong", "FP", "right", "FN", "errors", "timeouts"):
         table.add_column(column, justify="right")
 
     def row(name: str, c: dict[str, Any], style: str = "") -> None:

@@ -138,6 +138,8 @@ def audit(reward: str, task_name: str, samples: list[dict[str, Any]], options: M
         "samples": len(samples), "variants": len(made), "mutators": [f"{s.name} ({s.plugin})" for s in mutators],
         "backend": service.backend, "workers": service.workers, "timeout_s": service.timeout,
         "wall_s": round(wall, 3), "verifications_per_s": round(len(made) / wall, 2) if wall > 0 else None,
+        # a worker's time per verification: what one verification costs, whatever the pool size
+        "seconds_per_verification": round(wall * service.workers / len(made), 6) if made else None,
         "max_false_negative_rate": max_fn_rate, "passed": passed,
         "totals": {**{k: v for k, v in total.to_dict().items() if k != "examples"},
                    "false_negative_rate": fn_rate, "errors_on_must_be_right": right_errors},

@@ -115,3 +115,11 @@ def register_rewards(register):
     register("code", code_reward,
              description="Runs the response's program against the sample's unit tests in the Docker sandbox "
                          "(HumanEval, MBPP, LeetCode check(), stdin/stdout); 1.0 when all pass.")
+
+
+@hookimpl
+def register_audit_mutators(register):
+    from areal_code.audit import code_variants
+
+    register("code", code_variants, description="perturbed, stub and exiting programs; output near misses; "
+                                                "fences and whitespace that must still pass")

@@ -106,11 +106,13 @@ def countdown_variants(sample: dict[str, Any], rng: random.Random, options: dict
         return []
     _, used = countdown.evaluate_expression(expression, max_numbers=len(numbers) + 8)
     have, available = Counter(used), Counter(numbers)
-    reused = next(x for x in numbers if have[x] + 2 > available[x])  # the expression already uses every copy
     wrongs = [(f"({expression}) + 1", "one more than the target"), (f"({expression}) - 1", "one less than the target"),
               (str(target), "the target itself (a number not given)"),
-              (f"({expression}) + {reused} - {reused}", f"the target, using {reused} more often than given"),
               (f"({expression}) + 1 = {target}", "a wrong expression claiming '= target'")]
+    # "+ x - x" keeps the value but uses x twice more: more often than given when at most one copy is unused
+    reused = next((x for x in numbers if have[x] + 2 > available[x]), None)
+    if reused is not None:
+        wrongs.append((f"({expression}) + {reused} - {reused}", f"the target, using {reused} more often than given"))
     equivalents = [(f"{expression} = {target}", "with '= target'"), (f"({expression})", "in parentheses"),
                    (expression.replace(" ", ""), "without spaces"), (f"${expression}$", "in $...$")]
     if "*" in expression:
