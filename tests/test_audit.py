@@ -73,8 +73,18 @@ def test_a_false_negative_rate_above_the_limit_fails_and_the_limit_is_an_option(
     assert tolerant.returncode == 0, tolerant.stdout
 
 
+def test_a_reward_without_mutators_is_audited_for_false_positives_around_its_reference(toy, areal, tmp_path):
+    where, env = toy("unaudited")  # the gameable `anywhere` again, but no plugin wrote mutators for it
+    report_path = tmp_path / "report.json"
+    result = areal(*where, "audit", "--task", "audit-toy", "--n", "5", "--output", str(report_path), env=env)
+    assert result.returncode == 1 and "no plugin registers audit mutators for reward 'unaudited'" in result.stderr
+    report = json.loads(report_path.read_text())
+    assert report["own_mutators"] is False and report["totals"]["must_be_right"] == 0
+    for family in ("hedge", "several_answers", "quoted_reference"):
+        assert report["families"][family]["false_positives"] == report["families"][family]["must_be_wrong"] > 0
+
+
 @pytest.mark.parametrize("reward, message", [
-    ("unaudited", "no audit mutators are registered for reward 'unaudited'"),
     ("broken_audit", "audit mutator 'auditkit' of plugin 'auditkit' on sample"),
     ("bad_variants", "yielded str; expected areal_core.audit.Variant"),
 ])

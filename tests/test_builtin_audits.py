@@ -28,6 +28,7 @@ def test_builtin_reward_passes_its_audit(task, grading, n, areal, data_dir, tmp_
     assert report["passed"] and totals["false_positives"] == 0 and totals["false_negative_rate"] <= 0.01
     assert totals["errors"] == 0 and totals["timeouts"] == 0
     # every family the issue names was tried
-    expected = {"hedge", "several_answers", "near_miss", "quoted_reference", "degenerate", "reference", "equivalent"}
+    expected = {"hedge", "several_answers", "superset", "near_miss", "quoted_reference", "outside_tag", "degenerate",
+                "reference", "equivalent"}
     assert expected <= set(report["families"]), sorted(report["families"])
     assert all(report["families"][f]["must_be_wrong"] + report["families"][f]["must_be_right"] > 0 for f in expected)

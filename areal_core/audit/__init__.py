@@ -49,6 +49,17 @@ def mutator_registry() -> Registry[MutatorSpec]:
 
 
 def mutators_for(reward: str) -> list[MutatorSpec]:
-    """The mutators that audit `reward`: its own, then those for every reward."""
+    """The mutators that audit `reward`: its own, then those for every reward. A reward no plugin wrote
+    mutators for gets areal-core's format-free ones (hedges and several answers around `reference`)."""
+    from areal_core.audit.generic import reference_variants
+
     specs = [spec for _, spec in mutator_registry().items()]
-    return [s for s in specs if s.reward == reward] + [s for s in specs if s.reward == ANY_REWARD]
+    own = [s for s in specs if s.reward == reward]
+    if not own:
+        own = [MutatorSpec(reward, "reference", reference_variants, "builtin-audit",
+                           "hedges and several answers around the sample's reference (no format known)")]
+    return own + [s for s in specs if s.reward == ANY_REWARD]
+
+
+def has_own_mutators(reward: str) -> bool:
+    return any(spec.reward == reward for _, spec in mutator_registry().items())

@@ -43,6 +43,7 @@ def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int
     wrong), and the reference in equivalent forms (must be judged right). Exit status 1 when it fails."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from areal_core.audit import has_own_mutators
     from areal_core.audit.run import audit, pick_samples
     from areal_core.config import parse_options
     from areal_core.files import atomic_write
@@ -56,6 +57,11 @@ def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int
     base = spec_reward.options if reward == spec_reward.name else {}
     reward_options, applied = graded_options(reward, base, mode or spec_reward.mode_for("train"), parse_options(options))
     samples = pick_samples(task.samples(), n, seed)
+    if not has_own_mutators(reward):
+        click.echo(f"warning: no plugin registers audit mutators for reward {reward!r}: auditing it with the generic "
+                   "ones (degenerate outputs; hedges and several answers around the samples' `reference`), which "
+                   "only look for false positives; its plugin can add mutators for its answer format with the "
+                   "register_audit_mutators hook (see CONTRIBUTING.md)", err=True)
     service = RewardServiceConfig(backend=backend, workers=workers, timeout=timeout, broker_url=broker)
     with Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=quiet or not sys.stderr.isatty()) as progress:

@@ -148,7 +148,8 @@ def audit_variants(sample: dict[str, Any], rng: random.Random, options: dict[str
     if digits[::-1] != digits:
         wrongs.append(((reference[:len(reference) - len(digits)]) + digits[::-1], "digits not reversed"))
     equivalents = [(f" {reference}\n", "surrounding whitespace"), (f"\t{reference}  ", "tabs and spaces around")]
-    variants = answer_variants(reference, wrongs, lambda answer: answer, equivalents=equivalents)
+    supersets = [(f"{reference}, {wrongs[0][0]}", "a list holding it"), (f"{reference} {wrongs[0][0]}", "two numbers")]
+    variants = answer_variants(reference, wrongs, lambda answer: answer, equivalents=equivalents, supersets=supersets)
     variants.append(wrong(OUTSIDE, f"The answer is {reference}.", "the answer inside prose (the format is the bare digits)"))
     return variants
 

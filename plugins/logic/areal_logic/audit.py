@@ -119,7 +119,9 @@ def countdown_variants(sample: dict[str, Any], rng: random.Random, options: dict
         equivalents += [(expression.replace("*", "×"), "× for *"), (expression.replace("*", "\\times"), "\\times for *")]
     if "/" in expression:
         equivalents.append((expression.replace("/", "÷"), "÷ for /"))
-    return _shared(expression, wrongs, options, equivalents=equivalents)
+    supersets = [(f"{expression}, ({expression}) + 1", "two expressions, as a list"),
+                 (f"{{{expression}, ({expression}) + 1}}", "a set of two expressions")]
+    return _shared(expression, wrongs, options, equivalents=equivalents, supersets=supersets)
 
 
 # --- sudoku ----------------------------------------------------------------------------------
