@@ -17,6 +17,7 @@ fraction of correct parts. A rejected answer (step 1-3, or a conflicting or unpa
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -164,16 +165,28 @@ def check_strict_format(response: str) -> None:
         raise Rejection(NO_ANSWER, "strict format expects <think>...</think> before <answer>...</answer>")
 
 
+_THINKING = re.compile(r"<think>.*?</think>|^(?:(?!<think>).)*?</think>", re.I | re.S)
+
+
+def _outside_thinking(response: str) -> str:
+    """The response without its reasoning (each <think>...</think>, and the text before a first </think>
+    whose <think> was in the prompt), when what is left holds an answer tag or box: a tag or box inside the
+    reasoning ("I must answer inside <answer> </answer> tags") is not an answer then."""
+    zone = _THINKING.sub(" ", response)
+    return zone if "<answer>" in zone.lower() or "\\boxed{" in zone else response
+
+
 def extract_answer(response: str, mode: str) -> tuple[str, str]:
     """(answer text, where it came from). Raises Rejection when the mode finds no answer."""
+    zone = _outside_thinking(response)
     if mode in ("auto", "answer_tag"):
-        block = _distinct_last(_tag_blocks(response, "<answer>", "</answer>"), "<answer> blocks")
+        block = _distinct_last(_tag_blocks(zone, "<answer>", "</answer>"), "<answer> blocks")
         if block is not None:
             return block, "answer_tag"
         if mode == "answer_tag":
             raise Rejection(NO_ANSWER, "no <answer>...</answer> block in the response")
     if mode in ("auto", "boxed"):
-        block = _distinct_last(_boxes(response), "\\boxed{} answers")
+        block = _distinct_last(_boxes(zone), "\\boxed{} answers")
         if block is not None:
             return block, "boxed"
         if mode == "boxed":

@@ -177,33 +177,54 @@ def evaluate_expression(text: str, max_numbers: int, max_depth: int = 16,
 _LATEX = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"), ("\\left", ""), ("\\right", ""), ("$", ""))
 
 
-def _is_expression(text: str) -> bool:
-    try:
-        return bool(tokenize(text.strip().rstrip(".")))
-    except Rejection:
-        return False
-
-
-def _expression_part(answer: str) -> tuple[str, str | None]:
-    """The expression of an answer, dropping a trailing '= target' and end punctuation; the last line
-    when the answer has several (the reasoning may precede it; two lines that are different expressions
-    are two answers, a conflict). The LaTeX commands times, cdot, div,
-    left and right (and $ signs) are read as the plain operators and parentheses."""
+def _lines(answer: str) -> list[str]:
     for latex, plain in _LATEX:
         answer = answer.replace(latex, plain)
-    lines = [line for line in answer.strip().splitlines() if line.strip()]
-    # Lines that are expressions (not reasoning in words): more than one that differ is a hedge.
-    expressions = {line.split("=")[0].strip().rstrip(".") for line in lines if _is_expression(line.split("=")[0])}
-    if len(expressions) > 1:
-        raise Rejection(CONFLICT, f"the answer has {len(expressions)} different expressions on its lines; give one")
-    text = lines[-1] if lines else ""
-    claimed = None
-    if text.count("=") == 1:
-        text, claimed = text.split("=")
-        claimed = claimed.strip().rstrip(".")
-    elif text.count("=") > 1:
+    return [line.strip() for line in answer.strip().splitlines() if line.strip()]
+
+
+def _split_claim(line: str) -> tuple[str, str | None]:
+    """An answer line as (expression, claimed value): 'EXPR = N' -> ('EXPR', 'N'); end punctuation dropped."""
+    line = line.rstrip(".?! ")
+    if line.count("=") == 1:
+        text, claimed = line.split("=")
+        return text.strip(), claimed.strip().rstrip(".")
+    if line.count("=") > 1:
         raise Rejection(UNPARSEABLE, "the answer has more than one '='; give one expression")
-    return text.strip().rstrip("."), claimed
+    return line, None
+
+
+def _expression_part(answer: str, target: int | None = None) -> tuple[str, str | None]:
+    """The expression of an answer, dropping a trailing '= target' and end punctuation: the last line when the
+    answer has several (the reasoning may precede it), or the line before a last line that only states the
+    target. The LaTeX commands times, cdot, div, left and right (and $ signs) are read as the plain operators
+    and parentheses."""
+    lines = _lines(answer)
+    if target is not None and len(lines) > 1 and lines[-1].lstrip("= ").rstrip(".") == str(target):
+        lines = lines[:-1]  # "(25 - 5) * 4" then "80": the result, not another expression
+    return _split_claim(lines[-1] if lines else "")
+
+
+def _attempts(answer: str, final: tuple[Any, list[int]], target: int, limits: dict[str, int]) -> list[str]:
+    """The lines before the final one that are other answers to the puzzle, not steps: a bare expression
+    ("25 * 4 - 5", "Alternatively: 25 * 4 - 5"), or one claiming a value it does not have, whose value or
+    numbers differ from the final expression's. A step states its own value ("25 - 5 = 20"); the target alone
+    is the result."""
+    others = []
+    for line in _lines(answer)[:-1]:
+        text = line.rsplit(":", 1)[-1] if ":" in line else line
+        try:
+            expression, claimed = _split_claim(text)
+            if not expression or expression == str(target):
+                continue
+            value, used = evaluate_expression(expression, **limits)
+        except Rejection:
+            continue  # words: reasoning, not an answer
+        if claimed is not None and claimed == str(value):
+            continue
+        if (value, sorted(used)) != (final[0], sorted(final[1])):
+            others.append(expression)
+    return others
 
 
 # --- solving and generating ------------------------------------------------------------------
@@ -364,10 +385,15 @@ def reward(sample: dict[str, Any], response: str, **options: Any) -> RewardResul
         raise ConfigError(f"reward 'countdown': option max_depth must be a positive integer, got {own['max_depth']!r}")
     try:
         answer, source = prepare(response, opts)
-        expression, claimed = _expression_part(answer)
+        expression, claimed = _expression_part(answer, target)
         # A few numbers more than given still read as an answer (wrong, but well formed); far more is noise.
-        value, used = evaluate_expression(expression, max_numbers=len(numbers) + 8, max_depth=own["max_depth"],
-                                          integer_steps=bool(own["integer_steps"]))
+        limits = {"max_numbers": len(numbers) + 8, "max_depth": own["max_depth"],
+                  "integer_steps": bool(own["integer_steps"])}
+        value, used = evaluate_expression(expression, **limits)
+        others = _attempts(answer, (value, used), target, limits)
+        if others:  # several answers: a hedge, whichever comes last
+            raise Rejection(CONFLICT, f"the answer gives {len(others) + 1} different expressions "
+                                      f"({excerpt(others[0], 40)!r} and {excerpt(expression, 40)!r}); give one")
     except Rejection as rejection:
         return rejected(rejection)
     details: dict[str, Any] = {"extracted": excerpt(answer), "source": source, "expression": expression,

@@ -287,15 +287,20 @@ def generate(seed: int, size: int, people: int | Sequence[int] = 3, depth: int =
 _TOKEN = re.compile(r"[A-Za-z]+|\d+|\n|[^\sA-Za-z\d]")
 # Words and signs that may stand between names and their role ("Amelia is definitely a knight").
 _LINKS = frozenset("""is are was were be a an must would also definitely indeed surely both all the as
-                      therefore thus so then : - = > | ( ) → ⇒ – — ~""".split())
+                      therefore thus so then either : - = > | ( ) → ⇒ – — ~""".split())
 _NEGATIONS = frozenset(("not", "isn", "aren", "wasn", "weren", "never", "no"))
 _LIST_JOINERS = frozenset((",", "and", "&"))
 _IGNORED = frozenset(('"', "'", "*", "`", "_", "#", "“", "”", "‘", "’"))
 _CLAUSE_BREAKS = frozenset((".", ";", "\n", "!", "?"))
-# Words of a hedge: "a knave (or maybe a knight)", "a knave/knight", "either a knight or a knave". They keep
-# the names just given a role, so that a second role word gives them that role too: a conflict.
-_HEDGES = frozenset("""or either maybe perhaps possibly probably likely might may could / ? , but otherwise
-                       else a an is be ( ) - – —""".split())
+# A hedge: "a knave (or maybe a knight)", "a knave/knight", "a knight? No, a knave", "a knight. Or a knave."
+# After a role word, a hedge word (with only fillers around it) makes the next role word about the same
+# names: a conflict. A role word that starts a clause of its own ("a knave would lie", "knaves always lie")
+# is about knaves in general, not a second role.
+_HEDGE_WORDS = frozenset("""or either maybe perhaps possibly probably likely might may could / ? but otherwise
+                            else""".split())  # and "and" ("a knight and a knave"), "No," ("? No, a knave")
+_HEDGE_FILLERS = frozenset("a an is be ( ) , - – — % also".split())
+_SUBJECT_VERBS = frozenset("""would could can cannot always never must will lies lie tells tell says say is are
+                              does do wouldn couldn""".split())
 
 
 def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knave: str = "knave") -> dict[str, bool]:
@@ -320,12 +325,19 @@ def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knav
         found[name] = role
 
     pending: list[str] = []
-    assigned: list[str] = []  # the names the last role word gave a role, while only hedge words follow
+    assigned: list[str] = []  # the names the last role word gave a role, while only hedges and fillers follow
+    hedged = False          # a hedge word came after that role word
+    after_break = False     # a clause ended after it: only a hedge word ("Or maybe a knave.") goes on
     linked = False          # a link word came after the pending names
     negated = False
     role_first: bool | None = None
     for index, token in enumerate(tokens):
         low = token.lower()
+        following = tokens[index + 1].lower() if index + 1 < len(tokens) else ""
+        if after_break and low not in _CLAUSE_BREAKS:  # "a knight... or a knave": the dots go on
+            after_break = False
+            if low not in _HEDGE_WORDS:
+                assigned = []
         if low in by_lower or token in exact:
             name = by_lower.get(low) or exact[token]
             assigned = []
@@ -340,24 +352,30 @@ def parse_answer(answer: str, names: Sequence[str], knight: str = "knight", knav
             if pending:
                 for name in pending:
                     assign(name, role)
-                assigned = pending
-            elif index + 1 < len(tokens) and tokens[index + 1] in (":", "=", "-", "–", "—"):
+                assigned, hedged = pending, False
+            elif following in (":", "=", "-", "–", "—"):
                 role_first = role
-            elif assigned:  # "Mason is a knave/knight": the second role word is about Mason too
-                for name in assigned:
+            elif assigned and hedged and not low.endswith("s") and following not in _SUBJECT_VERBS:
+                for name in assigned:  # "Mason is a knave/knight": the second role word is about Mason too
                     assign(name, role)
+            else:
+                assigned = []
             pending, linked, negated = [], False, False
+        elif assigned and not pending and (low in _HEDGE_WORDS or low in ("and", "&")
+                                           or (low == "no" and following in (",", "."))):
+            hedged = True
+        elif assigned and not pending and (low in _HEDGE_FILLERS or low.isdigit()):
+            continue
         elif low in _NEGATIONS:
             negated = True
             linked = True
-        elif assigned and not pending and low in _HEDGES:
-            continue
         elif low in _LIST_JOINERS and not linked:
             continue
         elif low in _LINKS or low in _LIST_JOINERS or (low == "t" and negated):
             linked, assigned = True, []
         elif low in _CLAUSE_BREAKS:
-            pending, linked, negated, role_first, assigned = [], False, False, None, []
+            pending, linked, negated, role_first = [], False, False, None
+            after_break = bool(assigned)
         else:
             pending, linked, negated, assigned = [], False, False, []
     return found

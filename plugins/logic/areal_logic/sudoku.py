@@ -240,22 +240,29 @@ def _cells(text: str) -> list[int]:
 
 
 def parse_grid(answer: str, n: int) -> list[int]:
-    """The n*n cells of an answer grid (0 = left empty); Rejection when there is no grid."""
-    rows = []
+    """The n*n cells of an answer grid (0 = left empty); Rejection when there is no grid, or when the answer
+    holds several complete grids that differ (rows of n cells in blocks, or a grid on one line)."""
+    rows: list[list[int]] = []
+    blocks: list[list[list[int]]] = [[]]  # runs of consecutive rows; a line of words or a blank line ends one
+    complete: set[tuple[int, ...]] = set()
     for line in answer.splitlines():
         line = _LABEL.sub("", line, count=1)
-        if _LETTER.search(line):
-            continue
         cells = _cells(line)
-        if len(cells) == n:
+        if len(cells) == n * n and 0 not in cells:
+            complete.add(tuple(cells))  # a grid on one line: "[[4,3,1,2],[1,2,3,4],...]" or "or: 4312 1234 ..."
+        if _LETTER.search(line) or not line.strip() or (cells and len(cells) != n):
+            blocks.append([])
+        elif len(cells) == n:
             rows.append(cells)
+            blocks[-1].append(cells)
+    for block in blocks:  # each run in grids of n rows from its end (the puzzle echoed first has empty cells)
+        for end in range(len(block), n - 1, -n):
+            grid = tuple(d for row in block[end - n:end] for d in row)
+            if 0 not in grid:
+                complete.add(grid)
+    if len(complete) > 1:
+        raise Rejection(CONFLICT, f"the answer holds {len(complete)} different complete grids; give one final grid")
     if len(rows) >= n:
-        # Grids of n rows, from the last one back; complete grids that differ are several final answers,
-        # a hedge (the puzzle echoed before the solution has empty cells: it is not an answer).
-        chunks = [rows[i - n:i] for i in range(len(rows), n - 1, -n)]
-        complete = {g for g in (tuple(d for row in chunk for d in row) for chunk in chunks) if 0 not in g}
-        if len(complete) > 1:
-            raise Rejection(CONFLICT, f"the answer holds {len(complete)} different complete grids; give one final grid")
         grid = [d for row in rows[-n:] for d in row]
     else:
         grid = _cells(answer)
