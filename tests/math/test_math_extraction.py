@@ -8,7 +8,7 @@ from areal_math import extract_answer, verify
 
 @pytest.mark.parametrize("response, answer, source", [
     ("so $x = \\boxed{\\frac{a}{b^{2}}}$ and we are done", "\\frac{a}{b^{2}}", "boxed"),
-    ("\\boxed{1} then \\boxed{2}", None, "several_answers"),
+    ("\\boxed{1} then \\boxed{2}", "2", "boxed"),  # with "1" as another answer that must be right too
     ("\\boxed{2} so, again, \\boxed{ 2 }", "2", "boxed"),
     ("\\boxed{1} or \\boxed{2}", "1, 2", "boxed"),
     ("$\\boxed{3}$, $\\boxed{3}$", "3", "boxed"),

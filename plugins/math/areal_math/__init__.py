@@ -93,7 +93,7 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
         "reference": ref_text[:500],
     }
     if extraction.answer is None:
-        reason = ("several different boxed answers (a hedge)" if extraction.source == "several_answers"
+        reason = ("the boxed answer is hedged ('or possibly ...' right after it)" if extraction.source == "hedged"
                   else "no answer found")
         return RewardResult(score=0.0, correct=False, details={**details, "reason": reason})
     answer_text = extraction.answer
@@ -102,8 +102,7 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
             **details, "reason": f"the answer is {len(answer_text):,} characters; at most {MAX_ANSWER_CHARS:,} are compared"})
     if options.get("extract", "lenient") in ("lenient", "auto"):
         answer_text, ref_text = lenient_form(answer_text, ref_text), lenient_reference(ref_text)
-    stated, expected = unit_signature(clean(answer_text)[1].units), unit_signature(clean(ref_text)[1].units)
-    if stated and expected and stated != expected:  # 15 cm^3 for 15 cm^2: a unit change is a different answer
+    if _units_differ(answer_text, ref_text):  # 15 cm^3 for 15 cm^2: a unit change is a different answer
         return RewardResult(score=0.0, correct=False, details={**details, "method": "different units"})
     try:
         reference_answer = parse_answer(ref_text)
@@ -116,7 +115,26 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     except Exception as exc:  # SymPy raises a wide range of types on odd input; a failure, not a wrong answer
         return RewardResult.failure(f"the verifier failed: {type(exc).__name__}: {str(exc)[:300]}", **details)
     details["method"] = outcome.method
+    if outcome.equal and extraction.others:  # several boxed answers: right only if each one is
+        differing = [other for other in extraction.others if not _same_as(reference_answer, ref_text, other, opts)]
+        if differing:
+            return RewardResult(score=0.0, correct=False, details={
+                **details, "method": "several different boxed answers", "other_answer": differing[0][:200]})
     return RewardResult(score=1.0 if outcome.equal else 0.0, correct=outcome.equal, details=details)
+
+
+def _units_differ(answer_text: str, ref_text: str) -> bool:
+    stated, expected = unit_signature(clean(answer_text)[1].units), unit_signature(clean(ref_text)[1].units)
+    return bool(stated and expected and stated != expected)
+
+
+def _same_as(reference_answer: Any, ref_text: str, text: str, opts: Options) -> bool:
+    if len(text) > MAX_ANSWER_CHARS or _units_differ(text, ref_text):
+        return False
+    try:
+        return equivalent(reference_answer, parse_answer(text), opts).equal
+    except Exception:  # an odd answer SymPy cannot compare is not the same answer
+        return False
 
 
 _DECIMAL_COMMA = re.compile(r"^\$?\s*(-?\d+),(\d{2})\s*\$?$|^\$?\s*(-?0),(\d{2,})\s*\$?$")

@@ -124,7 +124,7 @@ _UNIT_BASES = {
     "centimetre", "centimetres"), "m": ("meter", "meters", "metre", "metres"), "km": ("kilometer", "kilometers",
     "kilometre", "kilometres"), "in": ("inch", "inches"), "ft": ("foot", "feet"), "yd": ("yard", "yards"),
     "mi": ("mile", "miles"), "g": ("gram", "grams"), "kg": ("kilogram", "kilograms"), "mg": ("milligram", "milligrams"),
-    "lb": ("lbs", "pound", "pounds"), "oz": ("ounce", "ounces"), "l": ("liter", "liters", "litre", "litres"),
+    "lb": ("lbs", "pound", "pounds"), "dollar": ("dollars", "usd"), "cent": ("cents",), "oz": ("ounce", "ounces"), "l": ("liter", "liters", "litre", "litres"),
     "ml": ("milliliter", "milliliters", "millilitre", "millilitres"), "s": ("sec", "second", "seconds"),
     "min": ("mins", "minute", "minutes"), "h": ("hr", "hrs", "hour", "hours"), "day": ("days",), "week": ("weeks",),
     "year": ("years",), "month": ("months",),
@@ -382,7 +382,8 @@ _REL = re.compile(r"<=|>=|!=|=|<|>|\\(?:leq|le|geq|ge|neq|ne|leqslant|geqslant|a
 _IN = re.compile(r"\\in(?![A-Za-z])")
 _PM = re.compile(r"\\(?:pm|mp)(?![A-Za-z])|\+-|\+/-")
 _THOUSANDS = re.compile(r"^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
-_OTHER_CHOICE = re.compile(r"\(\s*[A-Ea-e]\s*\)|\b(?:or|maybe|perhaps|possibly|either)\b")
+# After "(C)": another choice standing alone ("(C) (or maybe (A))", "(C) or B"), not "(C) P(A) = 0.3".
+_OTHER_CHOICE = re.compile(r"(?<![A-Za-z\\])\(\s*[A-E]\s*\)|\b(?:or|maybe|perhaps|possibly|either)\s+\(?[A-E]\b")
 _CHOICE = re.compile(r"^\(\s*([A-Ea-e])\s*\)(?:\s.*)?$|^([A-E])\s*[).:]?$")
 _BASE_NUMERAL = re.compile(r"^\s*\{?([0-9][0-9A-Za-z]*)\}?_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
 _MATRIX = re.compile(r"^\\begin\{([pbvBV]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.S)

@@ -2,7 +2,9 @@
 
 Cues, strongest first: the `\\boxed{...}` / `\\fbox{...}` (brace-matched; boxes written side by
 side, like `\\boxed{2}, \\boxed{3}`, are one answer with several values; boxes apart that differ are
-several final answers, a hedge, and no answer at all), then "final answer is ...",
+several final answers, and the response is right only if every one of them is, unless some boxes are
+named the final answer, which makes the others intermediate results; a hedge right after the box,
+`\\boxed{12} (or possibly 13)`, is no answer), then "final answer is ...",
 "the answer is ..." / "Answer: ...", GSM8K's `#### N`, the last markdown bold, and finally a trailing
 bare LaTeX segment or number on the last line. When a `<think>...</think>` block is followed by text
 with an answer, the thinking is ignored; otherwise the whole text is searched.
@@ -22,11 +24,14 @@ EXTRACT_MODES = ("lenient", "strict", "auto", "boxed", "none")
 @dataclass(frozen=True)
 class Extraction:
     answer: str | None  # None: no answer found; "" : an empty one (e.g. an empty box)
-    source: str  # boxed, final_answer, answer_is, gsm8k, bold, trailing, whole, none, several_answers
+    source: str  # boxed, final_answer, answer_is, gsm8k, bold, trailing, whole, none, hedged
+    # Other boxed answers that differ in writing from `answer`: the response counts as right only if
+    # every one of them is right too (\\boxed{\\frac12} ... \\boxed{0.5} is one answer; 18 ... 19 is two).
+    others: tuple[str, ...] = ()
 
 
 NOTHING = Extraction(None, "none")
-SEVERAL_ANSWERS = Extraction(None, "several_answers")
+HEDGED = Extraction(None, "hedged")
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _FINAL = re.compile(r"final\s+answer\s*(?:is|was|would be|will be)?\s*[:=]?", re.I)
@@ -85,30 +90,45 @@ def find_boxes(text: str) -> list[tuple[int, int, str]]:
     return outer
 
 
-def _box_groups(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
-    """One answer per group of boxes written side by side (`\\boxed{2}, \\boxed{3}` is the answer 2, 3)."""
-    groups: list[list[str]] = []
-    end = None
+def _box_groups(text: str, boxes: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """(start, end, answer) per group of boxes written side by side (`\\boxed{2}, \\boxed{3}` is the answer 2, 3)."""
+    groups: list[tuple[int, int, list[str]]] = []
     for start, stop, content in boxes:
-        if end is None or _GAP_FILLER.sub("", text[end:start]):
-            groups.append([])
-        key = re.sub(r"\s+", "", content)
-        if key not in [re.sub(r"\s+", "", c) for c in groups[-1]]:
-            groups[-1].append(content.strip())
-        end = stop
-    return [", ".join(group) for group in groups]
+        if not groups or _GAP_FILLER.sub("", text[groups[-1][1]:start]):
+            groups.append((start, stop, []))
+        first, _, contents = groups[-1]
+        if re.sub(r"\s+", "", content) not in [re.sub(r"\s+", "", c) for c in contents]:
+            contents.append(content.strip())
+        groups[-1] = (first, stop, contents)
+    return [(start, stop, ", ".join(contents)) for start, stop, contents in groups]
+
+
+# A box the response names as its final answer ("The final answer is $\\boxed{5}$", "**Final Answer**\n\\boxed{5}");
+# when some boxes are named so, the others are intermediate results.
+_DESIGNATED = re.compile(r"(?:final\s+answer|\banswer)\W{0,3}(?:is|was|would be|will be)?[\s:=*]*(?:\$\$?|\\\[|\\\()?\s*$",
+                         re.I)
+# A hedge right after the final box: "\\boxed{12} (or possibly 13)", "\\boxed{C} or A".
+_HEDGE_AFTER = re.compile(r"^[\s$.]*(?:\\\)|\\\])?[\s$.]*[,(]?\s*(?:or|either|maybe|perhaps|possibly|probably)\b"
+                          r"[^.\n]{0,30}?(?:\d|\\[A-Za-z]|\$|\(\s*[A-E]\s*\)|\b[A-E]\b)", re.I)
 
 
 def _boxed_answer(text: str) -> Extraction | None:
-    """The boxed answer; several boxed answers that differ (`\\boxed{18}` ... `\\boxed{19}`) are a hedge,
-    whatever their order: no answer (source "several_answers")."""
+    """The boxed answer: the last box group (of those named as the final answer, when some are), with the
+    other groups that differ in writing, which must all be right too; a hedge right after it is several
+    answers (source "hedged", no answer)."""
     boxes = find_boxes(text)
     if not boxes:
         return None
-    answers = _box_groups(text, boxes)
-    if len({re.sub(r"\s+", "", a) for a in answers}) > 1:
-        return SEVERAL_ANSWERS
-    return Extraction(answers[-1], "boxed")
+    groups = _box_groups(text, boxes)
+    named = [i for i, g in enumerate(groups) if _DESIGNATED.search(text[max(0, g[0] - 80):g[0]])]
+    # Boxes named the final answer, and any box after the last of them ("... is $\\boxed{5}$. Also $\\boxed{6}$.")
+    candidates = [groups[i] for i in named] + groups[named[-1] + 1:] if named else groups
+    start, stop, answer = candidates[-1]
+    if _HEDGE_AFTER.match(text[stop:stop + 80]):
+        return HEDGED
+    key = re.sub(r"\s+", "", answer)
+    others = tuple(dict.fromkeys(a for _, _, a in candidates if re.sub(r"\s+", "", a) != key))
+    return Extraction(answer, "boxed", others)
 
 
 def _sentence(rest: str) -> str:
