@@ -24,6 +24,8 @@ import click
               help="Write the report as JSON (for CI).")
 @click.option("--max-fn-rate", default=0.01, show_default=True, type=click.FloatRange(0, 1),
               help="Most false negatives (right answers judged wrong, errors included) the audit passes with.")
+@click.option("--allow-errors", is_flag=True,
+              help="Pass even when the verifier failed or timed out on some responses (still counted).")
 @click.option("--examples", default=3, show_default=True, type=click.IntRange(0),
               help="Failing examples kept per family.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1), help="Reward worker processes.")
@@ -36,11 +38,12 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int, seed: int, mode: str | None,
-                  options: tuple[str, ...], output_path: Path | None, max_fn_rate: float, examples: int,
+                  options: tuple[str, ...], output_path: Path | None, max_fn_rate: float, allow_errors: bool, examples: int,
                   workers: int, timeout: float, backend: str, broker: str, quiet: bool) -> None:
     """Audit a reward for false positives: hedges, several final answers, supersets, near misses, the reference
     quoted before a wrong answer, answers outside the expected tag, degenerate outputs (all must be judged
-    wrong), and the reference in equivalent forms (must be judged right). Exit status 1 when it fails."""
+    wrong), and the reference in equivalent forms (must be judged right). Exit status 1 when it fails: a false
+    positive, too many false negatives, or a verifier error or timeout (see --allow-errors)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from areal_core.audit import has_own_mutators
@@ -67,7 +70,7 @@ def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int
                   disable=quiet or not sys.stderr.isatty()) as progress:
         bar = progress.add_task("audit", total=None)
         report = audit(reward, task.name, samples, reward_options, mode=applied, seed=seed, service=service,
-                       max_fn_rate=max_fn_rate, examples=examples,
+                       max_fn_rate=max_fn_rate, allow_errors=allow_errors, examples=examples,
                        on_variants=lambda total: progress.update(bar, total=total),
                        on_result=lambda i, r: progress.advance(bar))
     print_report(report)
@@ -111,6 +114,11 @@ def print_report(report: dict[str, Any]) -> None:
                           + (f", error: {escape(example['error'][:200])}" if example["error"] else ""), highlight=False)
     t = report["totals"]
     verdict = "[green]PASS[/green]" if report["passed"] else "[red]FAIL[/red]"
+    partial = [f"{name} {c['max_wrong_score']:g}" for name, c in report["families"].items() if 0 < c["max_wrong_score"] < 1]
+    if partial:
+        console.print(f"partial credit on must-be-wrong responses (highest score): {', '.join(partial)}", highlight=False)
+    if t["errors"] + t["timeouts"] and not report["allow_errors"]:
+        console.print("[red]the verifier failed or timed out on some responses[/red] (--allow-errors to pass anyway)")
     console.print(f"{report['variants']:,} variants of {report['samples']} samples: {t['false_positives']} false positives, "
                   f"{t['false_negatives']} false negatives ({t['false_negative_rate']:.2%}; at most "
                   f"{report['max_false_negative_rate']:.2%} passes), {t['errors']} errors, {t['timeouts']} timeouts; "

@@ -1,8 +1,11 @@
 """Run an audit: make the variants of a task's samples, score them through the reward service, report.
 
-An audit passes when no response that must be judged wrong is judged right (0 false positives) and at
-most `max_fn_rate` of the responses that must be judged right are not (a verifier error on one counts
-against it: an error is never a pass). Errors and timeouts are also counted apart, per family.
+An audit passes when no response that must be judged wrong is judged right (0 false positives), at most
+`max_fn_rate` of the responses that must be judged right are not (a verifier error on one counts against
+it: an error is never a pass), and the verifier neither failed nor timed out on any response (unless
+`allow_errors`: a crash or a hang on a hostile response costs a training run its sample). Errors and
+timeouts are counted apart, per family; so is the highest score a must-be-wrong response got (partial
+credit or a format score on a hedge is reward too).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from areal_core.audit import DEGENERATE, MutatorSpec, Variant, has_own_mutators, mutators_for
+from areal_core.audit import ANY_REWARD, DEGENERATE, MutatorSpec, Variant, has_own_mutators, mutators_for
 from areal_core.errors import PluginError
 from areal_core.rewards.config import RewardServiceConfig
 from areal_core.rewards.score import score_rows
@@ -32,6 +35,7 @@ class FamilyCounts:
     false_negatives: int = 0
     errors: int = 0
     timeouts: int = 0
+    max_wrong_score: float = 0.0
     examples: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -39,7 +43,8 @@ class FamilyCounts:
                 "false_positives": self.false_positives, "false_negatives": self.false_negatives,
                 "false_positive_rate": _rate(self.false_positives, self.must_be_wrong),
                 "false_negative_rate": _rate(self.false_negatives, self.must_be_right),
-                "errors": self.errors, "timeouts": self.timeouts, "examples": self.examples}
+                "errors": self.errors, "timeouts": self.timeouts, "max_wrong_score": self.max_wrong_score,
+                "examples": self.examples}
 
 
 def _rate(count: int, total: int) -> float:
@@ -67,6 +72,8 @@ def make_variants(samples: list[dict[str, Any]], mutators: list[MutatorSpec], op
     for index, sample in enumerate(samples):
         rng_seed = f"areal-audit:{seed}:{sample.get('id', index)}"
         for spec in mutators:
+            if spec.reward == ANY_REWARD and index >= DEGENERATE_SAMPLES:
+                continue
             where = f"audit mutator {spec.name!r} of plugin {spec.plugin!r} on sample {sample.get('id', index)!r}"
             try:
                 variants = list(spec.fn(dict(sample), random.Random(rng_seed), dict(options)))
@@ -89,6 +96,7 @@ def judged_right(result: RewardResult) -> bool:
 
 def audit(reward: str, task_name: str, samples: list[dict[str, Any]], options: Mapping[str, Any], *,
           mode: str | None, seed: int = 0, service: RewardServiceConfig, max_fn_rate: float = 0.01,
+          allow_errors: bool = False,
           examples: int = 3, on_result: Callable[[int, RewardResult], None] | None = None,
           on_variants: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Audit `reward` on `samples`; the report as a JSON-ready dict (see the module docstring)."""
@@ -114,9 +122,11 @@ def audit(reward: str, task_name: str, samples: list[dict[str, Any]], options: M
             tally.false_positives += failed and not variant.expect
             tally.timeouts += timed_out
             tally.errors += bool(result.error) and not timed_out
+            if not variant.expect:
+                tally.max_wrong_score = max(tally.max_wrong_score, result.score)
         if (failed or result.error) and len(counts.examples) < examples:
             counts.examples.append({
-                "kind": ("false_positive" if judged else "false_negative") if failed else "error",
+                "kind": "error" if result.error else "false_positive" if judged else "false_negative",
                 "sample": sample.get("id"), "mutator": mutator, "note": variant.note,
                 "response": _excerpt(variant.response), "score": result.score, "correct": result.correct,
                 "error": result.error, "details": _excerpt(json.dumps(result.details, default=str), 500)})
@@ -129,8 +139,9 @@ def audit(reward: str, task_name: str, samples: list[dict[str, Any]], options: M
         "wall_s": round(wall, 3), "verifications_per_s": round(len(made) / wall, 2) if wall > 0 else None,
         # a worker's time per verification: what one verification costs, whatever the pool size
         "seconds_per_verification": round(wall * service.workers / len(made), 6) if made else None,
-        "max_false_negative_rate": max_fn_rate,
-        "passed": totals["false_positives"] == 0 and totals["false_negative_rate"] <= max_fn_rate,
+        "max_false_negative_rate": max_fn_rate, "allow_errors": allow_errors,
+        "passed": (totals["false_positives"] == 0 and totals["false_negative_rate"] <= max_fn_rate
+                   and (allow_errors or totals["errors"] + totals["timeouts"] == 0)),
         "totals": totals,
         "families": {name: families[name].to_dict() for name in sorted(families)},
     }

@@ -19,7 +19,7 @@ CASES = [
     ("19", r"\boxed{18} then \boxed{19}", False),
     ("12", r"So the final answer is $\boxed{12}$. Also $\boxed{13}$.", False),
     ("864", r"\boxed{864 \mbox{ inches}^3} ... The final answer is $\boxed{864 \mbox{ inches}^2}$.", True),
-    ("864 \mbox{ inches}^2", r"\boxed{864 \mbox{ inches}^3} then \boxed{864 \mbox{ inches}^2}", False),
+    (r"864 \mbox{ inches}^2", r"\boxed{864 \mbox{ inches}^3} then \boxed{864 \mbox{ inches}^2}", False),
     ("12", r"\boxed{12} (or possibly 13)", False),
     ("12", r"\boxed{12} or 13", False),
     ("12", r"The answer is $\boxed{12}$ (or possibly 13).", False),

@@ -40,6 +40,9 @@ def _shared(correct: str, wrongs: Sequence[tuple[str, str]], options: dict[str, 
                for w, _ in wrongs[:1]]
             + [wrong(SEVERAL, respond(f"{correct}\n{w}"), "the right answer and a wrong one in one <answer>")
                for w, _ in wrongs[:1]]
+            + [right(EQUIVALENT, f"<think>The answer goes inside <answer> </answer> tags.</think>\n<answer>\n{correct}\n"
+                               "</answer>", "answer tags mentioned inside <think>"),
+               right(EQUIVALENT, respond(correct) + "\n" + respond(correct), "the same answer twice")]
             + _outside(correct, options) + degenerate_variants(respond)[:3])
 
 
@@ -82,6 +85,8 @@ def knights_knaves_variants(sample: dict[str, Any], rng: random.Random, options:
         ("\n".join(f"{w.capitalize()}s: {', '.join(p)}" for p, w in groups), "Knights: ... / Knaves: ..."),
         (json.dumps({name: role(r) for name, r in zip(names, solution)}), "a JSON object"),
         ("| person | role |\n|---|---|\n" + lines(solution, "| {name} | {role} |"), "a markdown table"),
+        (lines(solution, "({i}) {name} is a {role} (a knave could not say that, and knaves always lie)"),
+         "each role with an aside about knaves"),
     ]
     supersets = [(lines([f"{knight} and a {knave}" if i == j else role(r) for i, r in enumerate(solution)]),
                   "one person called both a knight and a knave")]
@@ -119,6 +124,9 @@ def countdown_variants(sample: dict[str, Any], rng: random.Random, options: dict
         equivalents += [(expression.replace("*", "×"), "× for *"), (expression.replace("*", "\\times"), "\\times for *")]
     if "/" in expression:
         equivalents.append((expression.replace("/", "÷"), "÷ for /"))
+    equivalents += [(f"Combining the numbers:\n{expression}", "a line of words first"),
+                    (f"{expression}\n{target}", "the result on its own line"),
+                    (f"{expression} = {target}\n{expression}", "the expression twice")]
     supersets = [(f"{expression}, ({expression}) + 1", "two expressions, as a list"),
                  (f"{{{expression}, ({expression}) + 1}}", "a set of two expressions")]
     return _shared(expression, wrongs, options, equivalents=equivalents, supersets=supersets)
@@ -158,6 +166,7 @@ def sudoku_variants(sample: dict[str, Any], rng: random.Random, options: dict[st
     equivalents = [(grid(rows, ""), "digits without spaces"), (grid(rows, ", "), "comma-separated"),
                    (grid(rows, " ", "Row {r}: "), "with row labels"),
                    (sudoku.render(solution, n), "with box separators, like the puzzle"),
+                   (sudoku.render(puzzle, n) + "\n\nSolved:\n" + grid(rows), "the puzzle echoed first"),
                    (json.dumps(rows), "a JSON list of rows")]
     variants = _shared(grid(rows), wrongs, options, equivalents=equivalents)
     hedged = [list(map(str, row)) for row in rows]

@@ -14,7 +14,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from areal_core.audit import OUTSIDE, SUPERSET, Variant, answer_variants, degenerate_variants, wrong
+from areal_core.audit import EQUIVALENT, OUTSIDE, SUPERSET, Variant, answer_variants, degenerate_variants, right, wrong
 
 from areal_math import reference_text
 from areal_math.answer import _UNIT_CANONICAL, clean, unit_signature
@@ -152,6 +152,10 @@ def math_variants(sample: dict[str, Any], rng: random.Random, options: dict[str,
                           "an unboxed hedge"))
     variants.append(wrong(SUPERSET, respond(reference) + f" Also $\\boxed{{{wrongs[0][0]}}}$.",
                           "a second box after the answer"))
+    variants.append(right(EQUIVALENT, respond(reference) + f" Again: $\\boxed{{{reference}}}$.", "the same box twice"))
+    for form, note in equivalents[1:2]:
+        variants.append(right(EQUIVALENT, f"We get $\\boxed{{{form}}}$.\n" + respond(reference),
+                              f"an earlier box in another form ({note})"))
     return variants + degenerate_variants(respond)
 
 
