@@ -211,6 +211,21 @@ def test_areal_score_with_the_celery_backend_writes_what_the_local_backend_write
     assert outputs["celery"] == outputs["local"]
 
 
+def test_areal_audit_on_celery_workers_reports_what_the_local_pool_reports(redis_server, main_worker, with_plugins,
+                                                                           areal, tmp_path):
+    env = with_plugins(*TEST_PLUGINS)
+    reports = {}
+    for backend in ("local", "celery"):
+        out = tmp_path / f"audit-{backend}.json"
+        result = areal("audit", "--task", "arithmetic-test", "--n", "10", "--backend", backend, "--broker",
+                       redis_server.url, "--batch-size", "16", "--output", str(out), env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        reports[backend] = json.loads(out.read_text())
+    assert reports["celery"]["backend"] == "celery" and reports["celery"]["passed"]
+    assert reports["celery"]["families"] == reports["local"]["families"]
+    assert reports["celery"]["variants"] == reports["local"]["variants"] > 300
+
+
 def test_a_worker_killed_with_sigkill_mid_batch_loses_no_request_and_answers_each_once(
         redis_server, worker_factory, tmp_path):
     """Two batches of four 0.5 s rewards run on worker A; A's process group is SIGKILLed mid-batch.

@@ -35,11 +35,15 @@ import click
               help="Reward backend: local (a process pool), celery (`areal worker`s via --broker) or a plugin's.")
 @click.option("--broker", envvar="AREAL_BROKER_URL", default="redis://localhost:6379/0", show_default=True,
               help="Celery broker URL (--backend celery).")
+@click.option("--queue", default="rewards", show_default=True,
+              help="Celery queue to send the variants to (e.g. `code` where Docker workers serve it).")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1), help="Variants per Celery task.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int, seed: int, mode: str | None,
                   options: tuple[str, ...], output_path: Path | None, max_fn_rate: float, allow_errors: bool, examples: int,
-                  workers: int, timeout: float, backend: str, broker: str, quiet: bool) -> None:
+                  workers: int, timeout: float, backend: str, broker: str, queue: str, batch_size: int,
+                  quiet: bool) -> None:
     """Audit a reward for false positives: hedges, several final answers, supersets, near misses, the reference
     quoted before a wrong answer, answers outside the expected tag, degenerate outputs (all must be judged
     wrong), and the reference in equivalent forms (must be judged right). Exit status 1 when it fails: a false
@@ -65,7 +69,8 @@ def audit_command(ctx: click.Context, task_name: str, reward: str | None, n: int
                    "ones (degenerate outputs; hedges and several answers around the samples' `reference`), which "
                    "only look for false positives; its plugin can add mutators for its answer format with the "
                    "register_audit_mutators hook (see CONTRIBUTING.md)", err=True)
-    service = RewardServiceConfig(backend=backend, workers=workers, timeout=timeout, broker_url=broker)
+    service = RewardServiceConfig(backend=backend, workers=workers, timeout=timeout, broker_url=broker, queue=queue,
+                                  batch_size=batch_size)
     with Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=quiet or not sys.stderr.isatty()) as progress:
         bar = progress.add_task("audit", total=None)
