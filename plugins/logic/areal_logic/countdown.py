@@ -194,24 +194,23 @@ def _split_claim(line: str) -> tuple[str, str | None]:
     return line, None
 
 
-def _expression_part(answer: str, target: int | None = None) -> tuple[str, str | None]:
+def _expression_part(lines: list[str], target: int | None = None) -> tuple[str, str | None]:
     """The expression of an answer, dropping a trailing '= target' and end punctuation: the last line when the
     answer has several (the reasoning may precede it), or the line before a last line that only states the
     target. The LaTeX commands times, cdot, div, left and right (and $ signs) are read as the plain operators
-    and parentheses."""
-    lines = _lines(answer)
+    and parentheses (`_lines`)."""
     if target is not None and len(lines) > 1 and lines[-1].lstrip("= ").rstrip(".") == str(target):
         lines = lines[:-1]  # "(25 - 5) * 4" then "80": the result, not another expression
     return _split_claim(lines[-1] if lines else "")
 
 
-def _attempts(answer: str, final: tuple[Any, list[int]], target: int, limits: dict[str, int]) -> list[str]:
+def _attempts(lines: list[str], final: tuple[Any, list[int]], target: int, limits: dict[str, int]) -> list[str]:
     """The lines before the final one that are other answers to the puzzle, not steps: a bare expression
     ("25 * 4 - 5", "Alternatively: 25 * 4 - 5"), or one claiming a value it does not have, whose value or
     numbers differ from the final expression's. A step states its own value ("25 - 5 = 20"); the target alone
     is the result."""
     others = []
-    for line in _lines(answer)[:-1]:
+    for line in lines[:-1]:
         text = line.rsplit(":", 1)[-1] if ":" in line else line
         try:
             expression, claimed = _split_claim(text)
@@ -385,12 +384,13 @@ def reward(sample: dict[str, Any], response: str, **options: Any) -> RewardResul
         raise ConfigError(f"reward 'countdown': option max_depth must be a positive integer, got {own['max_depth']!r}")
     try:
         answer, source = prepare(response, opts)
-        expression, claimed = _expression_part(answer, target)
+        lines = _lines(answer)
+        expression, claimed = _expression_part(lines, target)
         # A few numbers more than given still read as an answer (wrong, but well formed); far more is noise.
         limits = {"max_numbers": len(numbers) + 8, "max_depth": own["max_depth"],
                   "integer_steps": bool(own["integer_steps"])}
         value, used = evaluate_expression(expression, **limits)
-        others = _attempts(answer, (value, used), target, limits)
+        others = _attempts(lines, (value, used), target, limits)
         if others:  # several answers: a hedge, whichever comes last
             raise Rejection(CONFLICT, f"the answer gives {len(others) + 1} different expressions "
                                       f"({excerpt(others[0], 40)!r} and {excerpt(expression, 40)!r}); give one")

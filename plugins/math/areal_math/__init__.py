@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Any, Mapping
 
 from areal_core import RewardResult, hookimpl
@@ -123,9 +124,19 @@ def verify(reference: Any, response: str, **options: Any) -> RewardResult:
     return RewardResult(score=1.0 if outcome.equal else 0.0, correct=outcome.equal, details=details)
 
 
+@lru_cache(maxsize=4096)
+def _stated_units(text: str) -> frozenset[tuple[str, int]] | None:
+    return unit_signature(clean(text)[1].units)
+
+
 def _units_differ(answer_text: str, ref_text: str) -> bool:
-    stated, expected = unit_signature(clean(answer_text)[1].units), unit_signature(clean(ref_text)[1].units)
-    return bool(stated and expected and stated != expected)
+    """Whether both state units and they differ. The answer is cleaned only when the reference states a
+    unit (most do not), and a reference's units once per process: no second cleaning on the hot path."""
+    expected = _stated_units(ref_text)
+    if not expected:
+        return False
+    stated = unit_signature(clean(answer_text)[1].units)
+    return bool(stated and stated != expected)
 
 
 def _same_as(reference_answer: Any, ref_text: str, text: str, opts: Options) -> bool:
