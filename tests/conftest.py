@@ -85,3 +85,15 @@ def with_plugins(plugin_dirs):
         return {"PYTHONPATH": os.pathsep.join(paths), **extra}
 
     return env
+
+
+@pytest.fixture
+def testkit_in_process(plugin_dirs, monkeypatch):
+    """Load the testkit plugin in this process (spawned reward workers inherit sys.path)."""
+    from areal_core.plugins import reset_plugin_manager
+
+    monkeypatch.syspath_prepend(str(plugin_dirs["testkit"]))
+    monkeypatch.setenv("AREAL_PLUGINS", "testkit,arithmetic")
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()

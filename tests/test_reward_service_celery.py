@@ -396,3 +396,88 @@ def test_the_broker_going_down_mid_run_gives_error_results_not_a_hang(worker_fac
     assert all(r.error is not None for r in results)
     assert all("Celery result backend" in r.error or "Celery broker" in r.error for r in results), results
     assert elapsed < 30
+
+
+# -- async and io_bound rewards on Celery workers ----------------------------------------------------------
+def judge(seconds, **options):
+    return RewardRequest(reward="async_sleepy", sample={}, response="", options={"seconds": seconds, **options})
+
+
+def test_a_slow_request_does_not_hold_back_its_batch_mates_on_celery(redis_server, main_worker):
+    """One batch of eight: a 3 s judge call and seven quick ones. The quick results are handed out as the
+    worker saves them, while the slow one still runs, not when the whole batch is done."""
+    requests = [judge(3.0)] + [judge(0.05) for _ in range(7)]
+
+    async def main():
+        async with RewardService(celery(redis_server.url, batch_size=8)) as service:
+            return [(index, result) async for index, result in service.stream(requests)]
+
+    streamed = asyncio.run(main())
+    assert [index for index, _ in streamed][-1] == 0
+    assert all(result.correct for _, result in streamed)
+    slow = dict(streamed)[0].details
+    quick_ended = max(result.details["ended"] for index, result in streamed if index)
+    assert quick_ended < slow["ended"] - 2  # the quick ones had all finished long before
+
+
+def test_async_requests_of_one_celery_batch_run_side_by_side(redis_server, main_worker):
+    from test_concurrent_rewards import most_at_once
+
+    results = asyncio.run(score(celery(redis_server.url, batch_size=16), [judge(0.5) for _ in range(16)]))
+    assert all(r.correct for r in results)
+    assert len({r.details["pid"] for r in results}) == 1 and most_at_once(results) == 16
+
+
+def test_a_hung_async_request_on_celery_times_out_alone(redis_server, main_worker):
+    requests = [judge(0.0, hang=True)] + [judge(0.1) for _ in range(5)]
+    results = asyncio.run(score(celery(redis_server.url, timeout=1.0, batch_size=6), requests))
+    assert results[0].error == "reward 'async_sleepy' timed out after 1s"
+    assert all(r.correct for r in results[1:])
+
+
+def test_areal_score_and_areal_eval_grade_an_async_reward_on_celery_as_on_the_local_pool(
+        redis_server, main_worker, with_plugins, areal, tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent / "eval"))
+    from eval_support import read_details, read_metrics, write_replay
+
+    env = with_plugins(*TEST_PLUGINS)
+    replay = write_replay(tmp_path / "bot.jsonl", "arithmetic-latency", 40, 1, lambda i, j: i % 5 != 0)
+    rows = [json.loads(line) for line in replay.read_text().splitlines()]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({**row, "reference": row["response"] if i % 5 else "0"}) + "\n"
+                              for i, row in enumerate(rows)))
+    scored, evals = {}, {}
+    for backend in ("local", "celery"):
+        out = tmp_path / f"{backend}.jsonl"
+        result = areal("score", "--reward", "arithmetic_latency", "--input", str(source), "--output", str(out),
+                       "--backend", backend, "--broker", redis_server.url, "--batch-size", "8",
+                       "--option", "median_s=0.2", env=env)
+        assert result.returncode == 0, result.stderr
+        assert "scored 40 rows with reward 'arithmetic_latency': mean score 0.8000, correct 32/40, errors 0" in result.stdout
+        scored[backend] = out.read_text()
+        run = areal("eval", "--model", f"replay:{replay}", "--tasks", "arithmetic-latency", "--limit", "40",
+                    "--reward-backend", backend, "--broker", redis_server.url, "--output-dir", str(tmp_path / backend),
+                    "--reward-option", "median_s=0.2", env={**env, "AREAL_EVAL_DB": str(tmp_path / f"{backend}.db")})
+        assert run.returncode == 0, run.stderr
+        metrics = read_metrics(tmp_path / backend, "bot", "arithmetic-latency")["metrics"]
+        assert (metrics["problems"], metrics["correct"], metrics["errors"]) == (40, 32, 0)
+        evals[backend] = [(d["prompt_id"], d["verdict"]) for d in read_details(tmp_path / backend, "bot",
+                                                                               "arithmetic-latency")]
+    assert scored["celery"] == scored["local"] and evals["celery"] == evals["local"]
+
+
+def test_training_with_an_async_reward_on_celery_workers(redis_server, main_worker, tmp_path, monkeypatch):
+    from areal_core.config import load_config
+    from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
+    from areal_core.rl.run import run_training
+
+    monkeypatch.setenv("AREAL_CACHE_DIR", str(tmp_path / "cache"))
+    config = load_config(TrainConfig, None, [
+        f"output_dir={tmp_path}", "task=arithmetic-latency", "eval_task=null", "steps=3", "tensorboard=false",
+        "rollout.batch_size=8", "rollout.group_size=8", "reward.backend=celery", f"reward.broker_url={redis_server.url}",
+        "reward_options.median_s=0.05", *SYNC_OVERRIDES])
+    summary = asyncio.run(run_training(config, echo=lambda *a: None))
+    run_dir = tmp_path / summary["run_dir"].split("/")[-1]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["dropped_responses"] == 0 and m["staleness_hist"] == {"0": 64} for m in metrics)

@@ -4,7 +4,6 @@ import time
 
 import pytest
 
-from areal_core.plugins import reset_plugin_manager
 from areal_core.rewards import RewardPool
 from areal_core.types import RewardRequest
 from support import process_is_running
@@ -80,16 +79,6 @@ def test_reward_options_from_the_command_line_reach_the_reward(areal, with_plugi
     fast = areal("score", "--reward", "sleepy", "--input", str(source), "--timeout", "5",
                  "--option", "seconds=0.01", env=env)
     assert "mean score 1.0000" in fast.stdout and "errors 0" in fast.stdout
-
-
-@pytest.fixture
-def testkit_in_process(plugin_dirs, monkeypatch):
-    """Load the testkit plugin in this process (spawned workers inherit sys.path)."""
-    monkeypatch.syspath_prepend(str(plugin_dirs["testkit"]))
-    monkeypatch.setenv("AREAL_PLUGINS", "testkit,arithmetic")
-    reset_plugin_manager()
-    yield
-    reset_plugin_manager()
 
 
 def test_pool_turns_each_kind_of_failure_into_one_error_result_and_keeps_going(testkit_in_process):

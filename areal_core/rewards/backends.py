@@ -11,7 +11,8 @@ def local_backend(config: Any) -> Any:
     from areal_core.rewards.local import LocalBackend
 
     check_no_options("reward", config.backend, config.options)
-    return LocalBackend(workers=config.workers, timeout=config.timeout, memory_limit_mb=config.memory_limit_mb)
+    return LocalBackend(workers=config.workers, timeout=config.timeout, memory_limit_mb=config.memory_limit_mb,
+                        concurrency=config.concurrency)
 
 
 def celery_backend(config: Any) -> Any:

@@ -13,10 +13,13 @@ Delivery guarantees (Redis broker):
 - late acknowledgement: a task is acknowledged only after its result is stored. A worker killed
   mid-task (`kill -9`, a lost machine) leaves the message unacknowledged; Redis makes it visible again
   after the worker's visibility timeout, and another worker runs it.
-- idempotent redelivery: the finished requests of a running batch are saved under the task id (every
-  quarter second), and a redelivered task scores only the requests not saved yet; a task whose result
-  is already stored returns that result. The client reads one result per task id, so a request is
-  never answered twice however often its batch is delivered.
+- idempotent redelivery: the finished requests of a running batch are saved under the task id (within
+  PARTIAL_SAVE_EVERY_S of finishing), and a redelivered task scores only the requests not saved yet; a
+  task whose result is already stored returns that result. The client reads one result per task id, so a
+  request is never answered twice however often its batch is delivered.
+- no waiting on batch-mates: the client reads the saved results of a batch while it runs and hands each
+  out at once, so one slow request delays only itself. Async and io_bound rewards of a batch run side by
+  side in its reward process (up to their `concurrency`).
 
 `celery -A areal_core.rewards.celery_app worker --pool threads` also works; it reads the
 broker URL from $AREAL_BROKER_URL (and $AREAL_RESULT_BACKEND). Use the thread pool: prefork pool
@@ -49,9 +52,9 @@ TASK_NAME = "areal.score_batch"
 BROKER_ENV = "AREAL_BROKER_URL"
 RESULT_BACKEND_ENV = "AREAL_RESULT_BACKEND"
 DEFAULT_VISIBILITY_TIMEOUT = 300.0
-# Finished requests of a running batch are saved this often, and kept this long, so that a redelivered
-# batch (its worker died) skips them.
-PARTIAL_SAVE_EVERY_S = 0.25
+# Finished requests of a running batch are saved this often, and kept this long: the client hands them
+# out before the batch ends, and a redelivered batch (its worker died) skips them.
+PARTIAL_SAVE_EVERY_S = 0.05
 PARTIAL_TTL_S = 6 * 3600
 # Task results are read once by the client, which then deletes them; unread ones expire.
 RESULT_EXPIRES_S = 6 * 3600
@@ -106,7 +109,7 @@ class ScoreBatchTask(Task):
 
     def after_return(self, status, retval, task_id, args, kwargs, einfo) -> None:
         if status == "SUCCESS":
-            _partials(self.app).clear(task_id)
+            partial_results(self.app).clear(task_id)
 
 
 def score_batch(self: Task, requests: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
@@ -115,7 +118,7 @@ def score_batch(self: Task, requests: list[dict[str, Any]], timeout: float) -> l
     stored = self.app.backend.get_task_meta(task_id)
     if stored.get("status") == "SUCCESS" and isinstance(stored.get("result"), list):
         return stored["result"]  # a duplicate delivery of a finished batch: same answer, no work
-    partials = _partials(self.app)
+    partials = partial_results(self.app)
     results: dict[int, dict[str, Any]] = partials.load(task_id, len(requests))
     todo = [(i, RewardRequest.from_dict(payload)) for i, payload in enumerate(requests) if i not in results]
     unsaved: dict[int, dict[str, Any]] = {}
@@ -123,7 +126,10 @@ def score_batch(self: Task, requests: list[dict[str, Any]], timeout: float) -> l
     with pools.checkout() as pool:
         tickets = {pool.submit(request, timeout=timeout): index for index, request in todo}
         while tickets:
-            for ticket, result in pool.poll():
+            # Nothing finished waits longer than PARTIAL_SAVE_EVERY_S to be saved: the client reads
+            # saved results while the batch runs, so a slow request does not hold its batch-mates back.
+            wait = None if not unsaved else max(0.0, saved_at + PARTIAL_SAVE_EVERY_S - time.monotonic())
+            for ticket, result in pool.poll(timeout=wait):
                 index = tickets.pop(ticket)
                 results[index] = unsaved[index] = result.to_dict()
             if tickets and unsaved and time.monotonic() - saved_at >= PARTIAL_SAVE_EVERY_S:
@@ -167,7 +173,7 @@ class _Partials:
             self.client.delete(self.key(task_id))
 
 
-def _partials(app: Celery) -> _Partials:
+def partial_results(app: Celery) -> _Partials:
     return _Partials(getattr(app.backend, "client", None) if _is_redis(app.backend) else None)
 
 
@@ -189,9 +195,10 @@ class _Pools:
         self._free: queue.SimpleQueue[RewardPool] = queue.SimpleQueue()
         self._all: list[RewardPool] = []
         self._lock = threading.Lock()
+        self.concurrency: dict[str, int] = {}  # `areal worker --reward-concurrency`
 
     def _new(self) -> RewardPool:
-        pool = RewardPool(workers=1, timeout=DEFAULT_VISIBILITY_TIMEOUT)
+        pool = RewardPool(workers=1, timeout=DEFAULT_VISIBILITY_TIMEOUT, concurrency=self.concurrency)
         pool.start()
         with self._lock:
             self._all.append(pool)
@@ -269,7 +276,7 @@ def _reason(exc: BaseException) -> str:
 
 def run_worker(*, broker_url: str | None, result_backend: str | None, queues: Sequence[str], concurrency: int,
                visibility_timeout: float, loglevel: str, hostname: str | None, connect_timeout: float = 5.0,
-               echo=print) -> None:
+               echo=print, reward_concurrency: dict[str, int] | None = None) -> None:
     """`areal worker`: load every installed plugin, check the broker, then run a Celery worker."""
     from areal_core.plugins import get_plugin_manager
     from areal_core.rewards.registry import reward_registry
@@ -284,6 +291,12 @@ def run_worker(*, broker_url: str | None, result_backend: str | None, queues: Se
     name = hostname or f"areal-{os.getpid()}@{socket.gethostname()}"
     echo(f"areal worker {name}: queues {', '.join(queues)} on {safe_url(app.conf.broker_url)}, "
          f"{concurrency} processes, rewards: {', '.join(rewards.names()) or 'none'}")
+    pools.concurrency = dict(reward_concurrency or {})
+    concurrent = {name: pools.concurrency.get(name, spec.concurrency) for name, spec in rewards.items()
+                  if spec.concurrent or name in pools.concurrency}
+    if concurrent:
+        echo("concurrent rewards (calls at once per batch): "
+             + ", ".join(f"{name} {limit}" for name, limit in sorted(concurrent.items())))
     pools.prewarm(concurrency)  # reward processes start now, not on the first task
     app.worker_main([
         "worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--pool", "threads",

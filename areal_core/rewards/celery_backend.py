@@ -3,7 +3,8 @@
 Requests are grouped by queue (config.routes) and timeout into batches of `batch_size`, or fewer when
 `batch_wait` passes first. Each batch is one `areal.score_batch` task, published and then awaited in
 a thread of the pool named "areal-celery-batch" (Celery's client API blocks); its results come back
-to the event loop. Whatever goes wrong on the way -- the broker is down, no worker answers within
+to the event loop, each as soon as the worker has saved it (Redis result backend), not when the whole
+batch is done. Whatever goes wrong on the way -- the broker is down, no worker answers within
 `result_timeout`, the worker fails the task -- each request of the batch gets an error result that
 says so, and the caller never hangs.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from typing import Any
+from typing import Any, Callable
 
 from areal_core.rewards.celery_app import (
     TASK_NAME,
+    partial_results,
     check_broker,
     make_celery_app,
     workers_by_queue,
@@ -28,8 +30,10 @@ from areal_core.rewards.config import (
 from areal_core.rewards.service import Deliver
 from areal_core.types import RewardRequest, RewardResult
 
-# A waiting thread looks at the close flag this often.
+# A waiting thread looks at the close flag this often, and at the results saved so far of its batch
+# (Redis result backend) this often.
 _WAIT_SLICE_S = 1.0
+_STREAM_SLICE_S = 0.05
 
 
 class CeleryBackend:
@@ -98,8 +102,16 @@ class CeleryBackend:
         assert self._loop is not None
         queue, timeout = group
         keys = [key for key, _ in batch]
+        loop, deliver = self._loop, self._deliver
+
+        def early(index: int, result: RewardResult) -> None:  # an "areal-celery-batch" thread
+            try:
+                loop.call_soon_threadsafe(deliver, keys[index], result)
+            except RuntimeError:
+                pass  # the event loop is closed: nobody is waiting any more
+
         future = self._loop.run_in_executor(self._executor, self._run_batch, queue, timeout,
-                                            [request for _, request in batch])
+                                            [request for _, request in batch], early)
         self._running.add(future)
         future.add_done_callback(lambda f: self._finish(f, keys))
         self.batches_sent += 1
@@ -118,7 +130,9 @@ class CeleryBackend:
             self._deliver(key, result)
 
     # -- one batch (an "areal-celery-batch" thread) ------------------------------------------
-    def _run_batch(self, queue: str, timeout: float, requests: list[RewardRequest]) -> list[RewardResult]:
+    def _run_batch(self, queue: str, timeout: float, requests: list[RewardRequest],
+                   early: Callable[[int, RewardResult], None] | None = None) -> list[RewardResult]:
+        """Send one batch and wait for its results; meanwhile hand out (`early`) those the worker has saved."""
         from celery.exceptions import TimeoutError as CeleryTimeout
 
         def failed(message: str) -> list[RewardResult]:
@@ -134,6 +148,9 @@ class CeleryBackend:
         # Time to be picked up, plus the longest the worker may take: every request up to its timeout.
         wait = self.config.result_timeout + len(requests) * timeout
         deadline = time.monotonic() + wait
+        partials = partial_results(self.app) if early is not None else None
+        streaming = partials is not None and partials.client is not None
+        handed_out: set[int] = set()
         try:
             while True:
                 if self._closing:
@@ -143,9 +160,12 @@ class CeleryBackend:
                     return failed(f"no result from a Celery worker within {wait:g}s ({where}); "
                                   "is `areal worker` serving that queue?")
                 try:
-                    value = async_result.get(timeout=min(_WAIT_SLICE_S, remaining), propagate=False)
+                    value = async_result.get(timeout=min(_STREAM_SLICE_S if streaming else _WAIT_SLICE_S, remaining),
+                                             propagate=False)
                     break
                 except CeleryTimeout:
+                    if streaming:
+                        self._hand_out(partials, async_result.id, requests, handed_out, early)
                     continue
             succeeded = async_result.successful()
         except Exception as exc:
@@ -161,6 +181,20 @@ class CeleryBackend:
             return failed(f"the Celery worker returned {type(value).__name__} for a batch of {len(requests)} "
                           "requests; expected a list of results (are client and worker the same version?)")
         return [RewardResult.from_dict(item) for item in value]
+
+    @staticmethod
+    def _hand_out(partials: Any, task_id: str, requests: list[RewardRequest], handed_out: set[int],
+                  early: Callable[[int, RewardResult], None]) -> None:
+        """Deliver the results the worker saved for this batch so far (each once; the final delivery of the
+        whole batch finds them delivered already)."""
+        try:
+            saved = partials.load(task_id, len(requests))
+        except Exception:
+            return  # the result backend hiccupped: the batch's own result still comes
+        for index, payload in saved.items():
+            if index not in handed_out:
+                handed_out.add(index)
+                early(index, RewardResult.from_dict(payload))
 
     # -- shutdown ------------------------------------------------------------------------------
     async def close(self) -> None:

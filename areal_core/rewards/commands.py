@@ -34,16 +34,19 @@ import click
 @click.option("--grading", "mode", type=click.Choice(["lenient", "strict"]),
               help="Grading mode of a reward that has modes (math): lenient (as evals grade) or strict (as "
                    "training grades). Default: the reward's own defaults.")
+@click.option("--reward-concurrency", "concurrency", multiple=True, metavar="NAME=N",
+              help="Calls of an async or io_bound reward one worker process runs at once, over what it declares "
+                   "(--backend local; repeatable).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score_command(reward: str, input_path: Path, output_path: Path | None, workers: int, timeout: float,
                   options: tuple[str, ...], backend: str, broker: str, result_backend: str | None, queue: str,
-                  batch_size: int, quiet: bool, mode: str | None = None) -> None:
+                  batch_size: int, quiet: bool, mode: str | None = None, concurrency: tuple[str, ...] = ()) -> None:
     """Score a JSONL file of responses with a reward, with a per-row timeout: in a local process pool,
     or on Celery workers (`areal worker`) with --backend celery."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from areal_core.config import parse_options
-    from areal_core.rewards.config import RewardServiceConfig
+    from areal_core.rewards.config import RewardServiceConfig, parse_concurrency
     from areal_core.rewards.score import read_score_input, score_rows, summarise, write_scored
 
     from areal_core.rewards.registry import graded_options
@@ -51,7 +54,8 @@ def score_command(reward: str, input_path: Path, output_path: Path | None, worke
     rows = read_score_input(input_path, reward)
     reward_options, _ = graded_options(reward, {}, mode, parse_options(options))
     service = RewardServiceConfig(backend=backend, workers=workers, timeout=timeout, broker_url=broker,
-                                  result_backend=result_backend, queue=queue, batch_size=batch_size)
+                                  result_backend=result_backend, queue=queue, batch_size=batch_size,
+                                  concurrency=parse_concurrency(concurrency))
     with Progress(TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=quiet or not sys.stderr.isatty(), console=None) as progress:
         bar = progress.add_task("score", total=len(rows))
@@ -86,8 +90,12 @@ def score_command(reward: str, input_path: Path, output_path: Path | None, worke
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Celery log level (info logs every task).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: areal-PID@HOST).")
+@click.option("--reward-concurrency", "reward_concurrency", multiple=True, metavar="NAME=N",
+              help="Calls of an async or io_bound reward one batch runs at once, over what the reward declares "
+                   "(repeatable).")
 def worker_command(broker: str, result_backend: str | None, queues: str, concurrency: int | None,
-                   visibility_timeout: float, loglevel: str, hostname: str | None) -> None:
+                   visibility_timeout: float, loglevel: str, hostname: str | None,
+                   reward_concurrency: tuple[str, ...] = ()) -> None:
     """Serve reward requests from a Celery broker, with every installed plugin loaded.
 
     Used by `areal score --backend celery` and by training with reward service backend `celery`.
@@ -97,10 +105,12 @@ def worker_command(broker: str, result_backend: str | None, queues: str, concurr
 
     from areal_core.errors import ConfigError
     from areal_core.rewards.celery_app import run_worker
+    from areal_core.rewards.config import parse_concurrency
 
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         raise ConfigError(f"--queues {queues!r}: expected comma-separated queue names, e.g. rewards,code")
     run_worker(broker_url=broker, result_backend=result_backend, queues=names,
                concurrency=concurrency or os.cpu_count() or 1, visibility_timeout=visibility_timeout,
-               loglevel=loglevel, hostname=hostname, echo=click.echo)
+               loglevel=loglevel, hostname=hostname, echo=click.echo,
+               reward_concurrency=parse_concurrency(reward_concurrency))

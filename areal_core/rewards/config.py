@@ -26,6 +26,9 @@ class RewardServiceConfig:
     timeout:         seconds one request may run; past it the request gets an error result. Enforced
                      by killing the process that runs it, on this machine or on the Celery worker.
     max_in_flight:   requests submitted but not finished; `submit` waits for room beyond this.
+    concurrency:     reward name -> calls one worker process runs at once, over the `concurrency` an async
+                     or io_bound reward declares (e.g. an API's rate limit); naming a plain reward runs
+                     it in threads. On Celery workers: `areal worker --reward-concurrency NAME=N`.
 
     local backend
     workers:         reward worker processes.
@@ -51,6 +54,7 @@ class RewardServiceConfig:
     options: dict[str, Any] = field(default_factory=dict)
     timeout: float = 30.0
     max_in_flight: int = 4096
+    concurrency: dict[str, int] = field(default_factory=dict)
     workers: int = 2
     memory_limit_mb: int | None = None
     broker_url: str = DEFAULT_BROKER_URL
@@ -90,6 +94,9 @@ class RewardServiceConfig:
                 raise ConfigError(f"reward service {name}: expected a URL like redis://host:6379/0, got {url!r}")
         if not isinstance(self.queue, str) or not self.queue:
             raise ConfigError(f"reward service queue: expected a non-empty queue name, got {self.queue!r}")
+        for reward, limit in self.concurrency.items():
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise ConfigError(f"reward service concurrency.{reward}: expected an integer >= 1, got {limit!r}")
         for reward, queue in self.routes.items():
             if not isinstance(queue, str) or not queue:
                 raise ConfigError(f"reward service routes.{reward}: expected a non-empty queue name, got {queue!r}")
@@ -106,6 +113,17 @@ class RewardServiceConfig:
         if self.result_backend:
             return self.result_backend
         return default_result_backend(self.broker_url)
+
+
+def parse_concurrency(pairs: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """NAME=N pairs (the command line's --reward-concurrency) -> {name: N}; a ConfigError names a bad pair."""
+    limits = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise ConfigError(f"--reward-concurrency {pair!r}: expected NAME=N with N an integer >= 1, e.g. judge=32")
+        limits[name.strip()] = int(value)
+    return limits
 
 
 def _is_number(value: object) -> bool:

@@ -25,9 +25,9 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, workers: int = 2, timeout: float = 30.0, memory_limit_mb: int | None = None,
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn", concurrency: dict[str, int] | None = None) -> None:
         self.pool = RewardPool(workers=workers, timeout=timeout, memory_limit_mb=memory_limit_mb,
-                               start_method=start_method)
+                               start_method=start_method, concurrency=concurrency)
         self._keys: dict[int, int] = {}  # pool ticket -> service key
         self._lock = threading.Lock()
         self._stopping = False

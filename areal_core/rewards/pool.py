@@ -10,21 +10,31 @@ Workers find rewards by name in their own registry (plugins load in each worker,
 ``AREAL_PLUGINS``), so requests carry only JSON-friendly data. A worker whose parent dies (the pool's
 process was killed) kills its own process group instead of living on as an orphan.
 
+Concurrent rewards: an `async def` reward, or a plain one registered ``io_bound=True``, runs side by side
+with others in its worker -- on the worker's event loop, or in threads -- up to its ``concurrency`` calls
+per worker at once, each with its own deadline (enforced in the worker by cancelling it; past a grace, by
+killing the worker). So a slow call never delays the others, wherever they came from. One-at-a-time
+(CPU-bound) rewards run in the worker's main thread, meanwhile. A worker that dies while running several
+calls does not say which one killed it: each of those runs again alone, so only the culprit fails.
+
 Threads: ``submit`` and ``wakeup`` may be called from any thread; ``poll``/``map``/``score`` from one
 thread at a time (the async reward service drives the pool from one dedicated thread).
 """
 from __future__ import annotations
 
+import asyncio
+import heapq
 import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from areal_core.errors import ArealError
 from areal_core.types import RewardRequest, RewardResult
@@ -35,6 +45,14 @@ MAX_START_FAILURES = 3
 # Work sent to one worker at once, by the running average cost of each reward: small enough that a request
 # queued behind others in a chunk waits about as long as the round trip it saves.
 CHUNK_SECONDS = 0.005
+# A concurrent call is cancelled in its worker at its timeout; a worker that has not answered this long
+# after that (its event loop is blocked) is killed.
+def _grace(timeout: float) -> float:
+    return max(1.0, 0.1 * timeout)
+# Threads of timed-out io_bound calls cannot be stopped; a worker left with more of them than this is
+# retired (replaced once its other calls finish), so stuck threads never pile up.
+MAX_STUCK_THREADS = 64
+IO_THREAD_NAME = "areal-reward-io"
 
 
 class RewardPoolError(ArealError):
@@ -66,6 +84,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
 
         limit = memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # Each thread's stack counts against the limit (8 MiB by default): io_bound calls run in threads.
+        threading.stack_size(2 * 1024 * 1024)
     # Rewards are single-threaded CPU work; many workers with many BLAS/torch threads fight over cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from areal_core.errors import ArealError as _ArealError
@@ -75,29 +95,122 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
     # Load the plugins before reporting ready, so their import time never counts against a request's timeout.
     # A registry that cannot be built (e.g. duplicate names) is reported per request below.
     try:
-        reward_registry()
+        concurrency = {name: spec.concurrency for name, spec in reward_registry().items() if spec.concurrent}
     except _ArealError:
-        pass
-    conn.send(("ready", None, 0.0))
+        concurrency = {}
+    lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(message)
+
+    sequential: queue.SimpleQueue[tuple[int, dict[str, Any]] | None] = queue.SimpleQueue()
+    loop: _WorkerLoop | None = None
+
+    def read() -> None:
+        nonlocal loop
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                message = None
+            if message is None:
+                sequential.put(None)
+                return
+            for ticket, request, timeout, concurrently in message:
+                if concurrently:
+                    try:
+                        if loop is None:
+                            loop = _WorkerLoop(send, memory_limit_mb)
+                        loop.start(ticket, request, timeout)
+                    except RuntimeError as exc:  # no thread for the event loop (the memory limit)
+                        failed = RewardResult.failure(f"reward {request['reward']!r}: its worker could not run "
+                                                      f"concurrent calls: {exc}")
+                        send((ticket, failed.to_dict(), 0.0, 0))
+                else:
+                    sequential.put((ticket, request))
+
+    # The pipe is read in a thread of its own: concurrent calls start while a CPU-bound one runs here.
+    # Started before "ready": a worker that cannot start threads fails at start-up, not on a request.
+    threading.Thread(target=read, name="areal-reward-reader", daemon=True).start()
+    send(("ready", {"concurrency": concurrency}, 0.0, 0))
     while True:
         try:
-            message = conn.recv()
-        except (EOFError, KeyboardInterrupt):
+            item = sequential.get()
+        except KeyboardInterrupt:
             return
-        if message is None:
+        if item is None:
             return
-        # A chunk of requests, run in order; each result goes back as soon as it is ready, so the pool
+        # Requests of a chunk run in order; each result goes back as soon as it is ready, so the pool
         # knows which request is running (its deadline) and nothing finished is lost if a later one kills us.
-        for ticket, request in message:
-            started = time.perf_counter()
+        ticket, request = item
+        started = time.perf_counter()
+        try:
+            spec = reward_registry().get(request["reward"])
+            result = call_reward(spec, request["sample"], request["response"], request.get("options") or {})
+        except _ArealError as exc:
+            result = RewardResult.failure(str(exc))
+        except MemoryError:
+            result = RewardResult.failure(f"reward {request['reward']!r} exceeded the worker memory limit ({memory_limit_mb} MB)")
+        send((ticket, result.to_dict(), time.perf_counter() - started, loop.stuck_threads() if loop else 0))
+
+
+class _WorkerLoop:
+    """The event loop of a worker process, in a thread of its own: it runs the concurrent calls (async
+    rewards awaited, io_bound ones in threads), each cancelled at its own timeout."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], memory_limit_mb: int | None) -> None:
+        self.send = send
+        self.memory_limit_mb = memory_limit_mb
+        self.loop = asyncio.new_event_loop()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.io_running = 0
+        threading.Thread(target=self.loop.run_forever, name="areal-reward-loop", daemon=True).start()
+
+    def start(self, ticket: int, request: dict[str, Any], timeout: float) -> None:
+        def create() -> None:
+            task = self.loop.create_task(self.run(ticket, request, timeout))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        self.loop.call_soon_threadsafe(create)
+
+    async def run(self, ticket: int, request: dict[str, Any], timeout: float) -> None:
+        from areal_core.errors import ArealError
+        from areal_core.rewards.contract import acall_reward
+        from areal_core.rewards.registry import reward_registry
+
+        started = time.perf_counter()
+        name = request["reward"]
+        try:
+            spec = reward_registry().get(name)
+            threaded = not spec.is_async
+            self.io_running += threaded
             try:
-                spec = reward_registry().get(request["reward"])
-                result = call_reward(spec, request["sample"], request["response"], request.get("options") or {})
-            except _ArealError as exc:
-                result = RewardResult.failure(str(exc))
-            except MemoryError:
-                result = RewardResult.failure(f"reward {request['reward']!r} exceeded the worker memory limit ({memory_limit_mb} MB)")
-            conn.send((ticket, result.to_dict(), time.perf_counter() - started))
+                result = await asyncio.wait_for(
+                    acall_reward(spec, request["sample"], request["response"], request.get("options") or {}), timeout)
+            except asyncio.TimeoutError:
+                result = RewardResult.failure(f"reward {name!r} timed out after {timeout:g}s", timed_out=True)
+            finally:
+                self.io_running -= threaded
+        except ArealError as exc:
+            result = RewardResult.failure(str(exc))
+        except MemoryError:
+            result = RewardResult.failure(f"reward {name!r} exceeded the worker memory limit ({self.memory_limit_mb} MB)")
+        self.send((ticket, result.to_dict(), time.perf_counter() - started, self.stuck_threads()))
+
+    def stuck_threads(self) -> int:
+        """Threads of io_bound calls that timed out and still run."""
+        alive = sum(thread.name == IO_THREAD_NAME for thread in threading.enumerate())
+        return max(0, alive - self.io_running)
+
+
+@dataclass
+class _Job:
+    ticket: int
+    request: RewardRequest
+    timeout: float
+    alone: bool = False  # run it with nothing else on its worker: it was running when a worker died
 
 
 @dataclass
@@ -105,10 +218,23 @@ class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: multiprocessing.connection.Connection
     ready: bool = False
-    # Sent and not yet answered, in the order the worker runs them: the first one is running, and its
-    # deadline counts from when the one before it was answered.
-    assigned: deque[tuple[int, RewardRequest, float]] = field(default_factory=deque)
+    # One-at-a-time requests sent and not yet answered, in the order the worker runs them: the first one is
+    # running, and its deadline counts from when the one before it was answered.
+    assigned: deque[_Job] = field(default_factory=deque)
     deadline: float = 0.0
+    # Concurrent requests running: ticket -> job (their deadlines are in the pool's heap).
+    concurrent: dict[int, _Job] = field(default_factory=dict)
+    by_reward: Counter[str] = field(default_factory=Counter)
+    alone: bool = False  # running a job that must run alone
+    retiring: bool = False  # too many stuck threads: gets no more work, replaced once idle
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.assigned or self.concurrent)
+
+    def running(self) -> list[_Job]:
+        """The jobs the worker is running now: the first one-at-a-time job and every concurrent one."""
+        return ([self.assigned[0]] if self.assigned else []) + list(self.concurrent.values())
 
 
 class RewardPool:
@@ -129,29 +255,43 @@ class RewardPool:
                      and failed one by one. A chunk holds at most ~CHUNK_SECONDS of work by the measured
                      cost of each reward (a reward not measured yet goes alone), and no more than an
                      even share of the queue, so slow rewards and short queues still spread over every worker.
+    concurrency:     reward name -> calls one worker runs at once, over what the reward declares (an async
+                     or io_bound reward's `concurrency`); naming a plain reward runs it in threads.
     """
 
     def __init__(self, workers: int = 2, timeout: float = 30.0, memory_limit_mb: int | None = None,
-                 start_method: str = "spawn", batch_size: int = 256) -> None:
+                 start_method: str = "spawn", batch_size: int = 256,
+                 concurrency: Mapping[str, int] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout}")
+        for name, limit in (concurrency or {}).items():
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise ValueError(f"concurrency of reward {name!r} must be an integer >= 1, got {limit!r}")
         self.size = workers
         self.timeout = timeout
         self.memory_limit_mb = memory_limit_mb
         self.batch_size = batch_size
+        self._overrides = dict(concurrency or {})
+        self._concurrency: dict[str, int] | None = None  # reward -> calls per worker, once a worker said
         self._cost: dict[str, float] = {}  # reward name -> running average seconds per request
         self.messages_sent = 0  # chunks of requests sent to workers (requests / messages: the batching achieved)
         self._ctx = multiprocessing.get_context(start_method)
         self._workers: list[_Worker] = []
-        self._pending: deque[tuple[int, RewardRequest, float]] = deque()
         self._lock = threading.Lock()
+        self._incoming: deque[_Job] = deque()  # submitted (any thread), not yet sorted into the queues below
+        self._sequential: deque[_Job] = deque()
+        self._by_reward: dict[str, deque[_Job]] = {}  # concurrent rewards
+        self._alone: deque[_Job] = deque()
+        self._deadlines: list[tuple[float, int]] = []  # heap of concurrent requests' hard deadlines
+        self._running_at: dict[int, tuple[_Worker, float]] = {}  # concurrent ticket -> its worker, deadline
         self._tickets = itertools.count()
         self._start_failures = 0
         self.restarts = 0
+        self.max_stuck_threads = MAX_STUCK_THREADS
         # Self-pipe: `wakeup` (any thread) makes a `poll` that is waiting look at new requests at once.
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -181,7 +321,7 @@ class RewardPool:
     def close(self) -> None:
         """Stop every worker: idle ones are asked to exit, busy ones (their results abandoned) are killed."""
         for worker in self._workers:
-            if worker.assigned:
+            if worker.busy:
                 self._kill(worker)
                 continue
             try:
@@ -224,7 +364,7 @@ class RewardPool:
             raise ValueError(f"timeout must be > 0, got {timeout}")
         with self._lock:
             ticket = next(self._tickets)
-            self._pending.append((ticket, request, self.timeout if timeout is None else timeout))
+            self._incoming.append(_Job(ticket, request, self.timeout if timeout is None else timeout))
         return ticket
 
     def wakeup(self) -> None:
@@ -239,46 +379,130 @@ class RewardPool:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending) + sum(len(w.assigned) for w in self._workers)
+        queued = len(self._incoming) + len(self._sequential) + len(self._alone)
+        queued += sum(len(jobs) for jobs in self._by_reward.values())
+        return queued + sum(len(w.assigned) + len(w.concurrent) for w in self._workers)
+
+    def _queued(self) -> bool:
+        return bool(self._incoming or self._sequential or self._alone or any(self._by_reward.values()))
+
+    def _sort_incoming(self) -> None:
+        assert self._concurrency is not None
+        with self._lock:
+            incoming, self._incoming = self._incoming, deque()
+        for job in incoming:
+            self._queue_of(job).append(job)
+
+    def _queue_of(self, job: _Job) -> deque[_Job]:
+        assert self._concurrency is not None
+        if job.alone:
+            return self._alone
+        if job.request.reward in self._concurrency:
+            return self._by_reward.setdefault(job.request.reward, deque())
+        return self._sequential
 
     def _dispatch(self) -> None:
-        idle = [w for w in self._workers if w.ready and not w.assigned]
-        if not idle:
+        workers = [w for w in self._workers if w.ready and not w.retiring]
+        if not workers or self._concurrency is None:
             return
-        with self._lock:
-            share = -(-len(self._pending) // len(self._workers))  # an even share over all workers
+        self._sort_incoming()
+        outgoing: dict[int, list[_Job]] = {}  # id(worker) -> jobs to send it
+        # A job that was running when its worker died runs alone, so that it alone fails if it kills again.
+        for worker in workers:
+            if not self._alone:
+                break
+            if not worker.busy and not worker.alone:
+                job = self._alone.popleft()
+                worker.alone = True
+                if job.request.reward in self._concurrency:
+                    worker.by_reward[job.request.reward] += 1
+                outgoing[id(worker)] = [job]
+        sharing = [w for w in workers if not w.alone]
+        for reward, jobs in self._by_reward.items():
+            limit = self._concurrency[reward]
+            while jobs:
+                roomy = [w for w in sharing if w.by_reward[reward] < limit]
+                if not roomy:
+                    break
+                worker = min(roomy, key=lambda w: w.by_reward[reward])
+                worker.by_reward[reward] += 1
+                outgoing.setdefault(id(worker), []).append(jobs.popleft())
+        share = -(-len(self._sequential) // len(self._workers))  # an even share over all workers
         size = min(self.batch_size, share)
-        for worker in idle:
-            chunk: list[tuple[int, RewardRequest, float]] = []
-            work = 0.0
-            with self._lock:
-                while self._pending and len(chunk) < max(1, size):
-                    work += self._cost.get(self._pending[0][1].reward, float("inf"))
-                    if chunk and work > CHUNK_SECONDS:
-                        break
-                    chunk.append(self._pending.popleft())
-            if not chunk:
-                return
-            try:
-                worker.conn.send([(ticket, request.to_dict()) for ticket, request, _ in chunk])
-            except (OSError, ValueError):
-                with self._lock:
-                    self._pending.extendleft(reversed(chunk))
+        for worker in sharing:
+            if not self._sequential:
+                break
+            if worker.assigned:
                 continue
-            self.messages_sent += 1
-            worker.assigned.extend(chunk)
-            worker.deadline = time.monotonic() + chunk[0][2]
+            chunk: list[_Job] = []
+            work = 0.0
+            while self._sequential and len(chunk) < max(1, size):
+                work += self._cost.get(self._sequential[0].request.reward, float("inf"))
+                if chunk and work > CHUNK_SECONDS:
+                    break
+                chunk.append(self._sequential.popleft())
+            outgoing.setdefault(id(worker), []).extend(chunk)
+        for worker in workers:
+            jobs = outgoing.get(id(worker))
+            if jobs:
+                self._send(worker, jobs)
 
-    def _replace(self, worker: _Worker) -> None:
-        """Kill and respawn `worker`; what it was given after the request that failed is queued again, first."""
-        with self._lock:
-            self._pending.extendleft(reversed(worker.assigned))
+    def _send(self, worker: _Worker, jobs: list[_Job]) -> None:
+        assert self._concurrency is not None
+        concurrent = [job.request.reward in self._concurrency for job in jobs]
+        try:
+            worker.conn.send([(job.ticket, job.request.to_dict(), job.timeout, together)
+                              for job, together in zip(jobs, concurrent)])
+        except (OSError, ValueError):  # the worker is dying: the jobs go back, first
+            for job, together in zip(jobs, concurrent):
+                worker.by_reward[job.request.reward] -= together
+                worker.alone = worker.alone and not job.alone
+            self._requeue(jobs)
+            return
+        self.messages_sent += 1
+        now = time.monotonic()
+        for job, together in zip(jobs, concurrent):
+            if together:
+                deadline = now + job.timeout + _grace(job.timeout)
+                worker.concurrent[job.ticket] = job
+                self._running_at[job.ticket] = (worker, deadline)
+                heapq.heappush(self._deadlines, (deadline, job.ticket))
+            else:
+                if not worker.assigned:
+                    worker.deadline = now + job.timeout
+                worker.assigned.append(job)
+
+    def _requeue(self, jobs: Iterable[_Job], alone: bool = False) -> None:
+        """Queue jobs again ahead of the others, in their order."""
+        for job in reversed(list(jobs)):
+            job.alone = job.alone or alone
+            self._queue_of(job).appendleft(job)
+
+    def _replace(self, worker: _Worker, suspects: Iterable[_Job] = ()) -> None:
+        """Kill and respawn `worker`. What it still had queues again, ahead of the rest: `suspects` (the
+        calls that were running when it died, one of which may have killed it) each to run alone."""
+        suspect = {job.ticket for job in suspects}
+        for ticket in worker.concurrent:
+            self._running_at.pop(ticket, None)
+        jobs = list(worker.assigned) + list(worker.concurrent.values())
+        self._requeue([job for job in jobs if job.ticket not in suspect])
+        self._requeue([job for job in jobs if job.ticket in suspect], alone=True)
         worker.assigned.clear()
+        worker.concurrent.clear()
         self._kill(worker)
         worker.conn.close()
         index = self._workers.index(worker)
         self._workers[index] = self._spawn()
         self.restarts += 1
+
+    def _next_deadline(self) -> float | None:
+        while self._deadlines:
+            deadline, ticket = self._deadlines[0]
+            running = self._running_at.get(ticket)
+            if running is not None and running[1] == deadline:
+                break
+            heapq.heappop(self._deadlines)  # answered already, or sent again since
+        return self._deadlines[0][0] if self._deadlines else None
 
     def poll(self, timeout: float | None = None) -> list[tuple[int, RewardResult]]:
         """Wait up to `timeout` seconds and return finished results (possibly none).
@@ -293,10 +517,13 @@ class RewardPool:
         while not done:
             self._dispatch()
             now = time.monotonic()
-            busy = [w for w in self._workers if w.assigned]
-            if not busy and not self._pending and wait_until is None:
+            busy = [w for w in self._workers if w.busy]
+            if not busy and not self._queued() and wait_until is None:
                 return done
-            deadlines = [w.deadline for w in busy]
+            deadlines = [w.deadline for w in busy if w.assigned]
+            soonest = self._next_deadline()
+            if soonest is not None:
+                deadlines.append(soonest)
             if wait_until is not None:
                 deadlines.append(wait_until)
             wait_for = max(0.0, min(deadlines) - now) if deadlines else None
@@ -322,25 +549,20 @@ class RewardPool:
                 if worker.conn in ready or dead:  # results sent before a death are taken first
                     dead = self._receive(worker, done) or dead
                 if dead:
-                    worker.process.join(1.0)
-                    code = worker.process.exitcode
-                    if worker.assigned:
-                        ticket, request, _ = worker.assigned.popleft()
-                        done.append((ticket, RewardResult.failure(
-                            f"reward {request.reward!r} killed its worker process ({_describe_exit(code)})")))
-                    else:
-                        self._start_failures += 1
-                        if self._start_failures >= MAX_START_FAILURES:
-                            raise RewardPoolError(
-                                f"reward worker processes exit right after starting ({_describe_exit(code)}); "
-                                "check that every plugin imports cleanly (`areal plugins`)"
-                            )
-                    self._replace(worker)
+                    self._bury(worker, done)
                 elif worker.assigned and time.monotonic() >= worker.deadline:
-                    ticket, request, limit = worker.assigned.popleft()
-                    done.append((ticket, RewardResult.failure(f"reward {request.reward!r} timed out after {limit:g}s",
-                                                              timed_out=True)))
+                    job = worker.assigned.popleft()
+                    done.append((job.ticket, _timed_out(job)))
                     self._replace(worker)
+                elif worker.retiring and not worker.busy:
+                    self._replace(worker)
+            now = time.monotonic()
+            while (soonest := self._next_deadline()) is not None and soonest <= now:
+                _, ticket = heapq.heappop(self._deadlines)
+                worker, _ = self._running_at.pop(ticket)
+                job = worker.concurrent.pop(ticket)
+                done.append((ticket, _timed_out(job)))  # its worker's event loop is stuck: kill it
+                self._replace(worker)
             if woken:
                 self._dispatch()
                 break
@@ -348,21 +570,57 @@ class RewardPool:
                 break
         return done
 
+    def _bury(self, worker: _Worker, done: list[tuple[int, RewardResult]]) -> None:
+        """A worker died: the call that killed it fails; when several were running, which one did is
+        unknown, so each runs again alone."""
+        worker.process.join(1.0)
+        code = worker.process.exitcode
+        running = worker.running()
+        if len(running) == 1:
+            job = running[0]
+            if worker.assigned and worker.assigned[0] is job:
+                worker.assigned.popleft()
+            else:
+                worker.concurrent.pop(job.ticket)
+                self._running_at.pop(job.ticket, None)
+            done.append((job.ticket, RewardResult.failure(
+                f"reward {job.request.reward!r} killed its worker process ({_describe_exit(code)})")))
+            running = []
+        elif not running:
+            self._start_failures += 1
+            if self._start_failures >= MAX_START_FAILURES:
+                raise RewardPoolError(
+                    f"reward worker processes exit right after starting ({_describe_exit(code)}); "
+                    "check that every plugin imports cleanly (`areal plugins`)"
+                )
+        self._replace(worker, suspects=running)
+
     def _receive(self, worker: _Worker, done: list[tuple[int, RewardResult]]) -> bool:
         """Take every message the worker has sent; True when its pipe broke (the process is gone)."""
         try:
             while worker.conn.poll():
-                ticket, payload, took = worker.conn.recv()
+                ticket, payload, took, stuck = worker.conn.recv()
                 if ticket == "ready":
                     worker.ready = True
+                    if self._concurrency is None:
+                        self._concurrency = {**payload["concurrency"], **self._overrides}
+                    continue
+                self._start_failures = 0
+                if stuck > self.max_stuck_threads:
+                    worker.retiring = True
+                job = worker.concurrent.pop(ticket, None)
+                if job is not None:
+                    self._running_at.pop(ticket, None)
+                    worker.by_reward[job.request.reward] -= 1
                 else:
-                    _, request, _ = worker.assigned.popleft()
-                    done.append((ticket, RewardResult.from_dict(payload)))
-                    self._start_failures = 0
-                    cost = self._cost.get(request.reward)  # as the worker timed it: no pipe or GIL waits
-                    self._cost[request.reward] = took if cost is None else 0.8 * cost + 0.2 * took
+                    job = worker.assigned.popleft()
+                    cost = self._cost.get(job.request.reward)  # as the worker timed it: no pipe or GIL waits
+                    self._cost[job.request.reward] = took if cost is None else 0.8 * cost + 0.2 * took
                     if worker.assigned:
-                        worker.deadline = time.monotonic() + worker.assigned[0][2]
+                        worker.deadline = time.monotonic() + worker.assigned[0].timeout
+                if job.alone:
+                    worker.alone = False
+                done.append((ticket, RewardResult.from_dict(payload)))
         except (EOFError, OSError):
             return True
         return False
@@ -384,6 +642,10 @@ class RewardPool:
         for index, result in self.map(requests):
             results[index] = result
         return results  # type: ignore[return-value]
+
+
+def _timed_out(job: _Job) -> RewardResult:
+    return RewardResult.failure(f"reward {job.request.reward!r} timed out after {job.timeout:g}s", timed_out=True)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -5,29 +5,48 @@ worker), so a reward is found by name wherever it runs.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 from areal_core.errors import ConfigError, PluginError
 from areal_core.plugins import Registry, get_plugin_manager
-from areal_core.rewards.contract import RewardSpec
+from areal_core.rewards.contract import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_IO_CONCURRENCY, RewardSpec
 
 
 GRADING_USES = ("train", "eval")
 DEFAULT_MODES = {"train": "strict", "eval": "lenient"}
 
 
-def reward_registry() -> Registry[RewardSpec]:
-    def make(plugin: str, name: str, fn: Callable[..., Any], *, required_fields: Iterable[str] = (),
-             description: str = "", modes: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[str, RewardSpec]:
-        if not callable(fn):
-            raise PluginError(f"plugin {plugin!r}: reward {name!r} is not callable")
-        modes = dict(modes or {})
-        if not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in modes.items()):
-            raise PluginError(f"plugin {plugin!r}: reward {name!r}: modes must map a mode name to its options")
-        return name, RewardSpec(name, fn, plugin, tuple(required_fields), description,
-                                {k: dict(v) for k, v in modes.items()})
+def make_reward_spec(plugin: str, name: str, fn: Callable[..., Any], *, required_fields: Iterable[str] = (),
+                     description: str = "", modes: Mapping[str, Mapping[str, Any]] | None = None,
+                     io_bound: bool = False, concurrency: int | None = None) -> tuple[str, RewardSpec]:
+    """What a plugin's `register(name, fn, ...)` in `register_rewards` makes, checked: a PluginError names
+    the plugin, the reward and what is wrong."""
+    if not callable(fn):
+        raise PluginError(f"plugin {plugin!r}: reward {name!r} is not callable")
+    modes = dict(modes or {})
+    if not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in modes.items()):
+        raise PluginError(f"plugin {plugin!r}: reward {name!r}: modes must map a mode name to its options")
+    if not isinstance(io_bound, bool):
+        raise PluginError(f"plugin {plugin!r}: reward {name!r}: io_bound must be True or False, got {io_bound!r}")
+    spec = RewardSpec(name, fn, plugin, tuple(required_fields), description,
+                      {k: dict(v) for k, v in modes.items()}, io_bound=io_bound)
+    if concurrency is not None:
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise PluginError(f"plugin {plugin!r}: reward {name!r}: concurrency must be an integer >= 1, "
+                              f"got {concurrency!r}")
+        if concurrency > 1 and not spec.concurrent:
+            raise PluginError(
+                f"plugin {plugin!r}: reward {name!r}: concurrency={concurrency} needs an `async def` reward or "
+                "io_bound=True (a CPU-bound reward runs one call per worker process; add workers instead)")
+    else:
+        concurrency = (DEFAULT_ASYNC_CONCURRENCY if spec.is_async else
+                       DEFAULT_IO_CONCURRENCY if io_bound else 1)
+    return name, dataclasses.replace(spec, concurrency=concurrency)
 
-    return get_plugin_manager().registry("register_rewards", "reward", make)
+
+def reward_registry() -> Registry[RewardSpec]:
+    return get_plugin_manager().registry("register_rewards", "reward", make_reward_spec)
 
 
 def graded_options(name: str, options: Mapping[str, Any], mode: str | None,

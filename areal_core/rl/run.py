@@ -107,7 +107,11 @@ class TrainingRun:
         gradient under group-normalised advantages and are skipped (unless a KL term needs them)."""
         batch = [t for g in groups for t in g.trajectories]
         if not batch:
-            last = self.rollout.last_failure or "every response dropped, see dropped_responses"
+            last = self.rollout.last_failure
+            if last is None:
+                reasons = self.rollout.dropped.most_common(1)
+                last = (f"every response dropped, most often for: {reasons[0][0]} ({reasons[0][1]}x)" if reasons
+                        else "every response dropped, see dropped_responses")
             raise RuntimeError(f"every rollout of batch {step} failed (last: {last}); see the engine and reward logs")
         informative = [g for g in groups if not is_uniform(g)]
         if self.config.rollout.skip_uniform_groups and informative and self.config.trainer.kl_coef == 0:

@@ -69,3 +69,22 @@ def test_two_engine_servers_share_the_rollouts_and_both_follow_weight_updates(tm
     run_dir = tmp_path / summary["run_dir"].split("/")[-1]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert max(m["staleness_max"] for m in metrics) <= 1  # both servers moved to every new version
+
+
+def test_training_with_an_async_latency_bound_reward_loses_nothing_and_counts_timeouts(tmp_path, cache_dir, monkeypatch):
+    """The demo task graded by `arithmetic_latency` (an async reward: a wait, then exact match): every answer
+    is scored and trained on; with waits past the reward timeout every answer is dropped as timed out and
+    the run stops saying so, rather than training on nothing."""
+    monkeypatch.setenv("AREAL_CACHE_DIR", str(cache_dir))
+    fine = config(tmp_path / "fine", "task=arithmetic-latency", "eval_task=null", "steps=3", "engine.backend=local",
+                  "reward_options.median_s=0.05")
+    summary = asyncio.run(run_training(fine, echo=lambda *a: None))
+    run_dir = tmp_path / "fine" / summary["run_dir"].split("/")[-1]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3] and all(m["dropped_responses"] == 0 for m in metrics)
+    slow = config(tmp_path / "slow", "task=arithmetic-latency", "eval_task=null", "steps=3", "engine.backend=local",
+                  "rollout.batch_size=4", "reward_options.median_s=5", "reward_options.sigma=0",
+                  "reward_options.cap_s=5", "reward.timeout=0.5")
+    with pytest.raises(Exception) as failure:
+        asyncio.run(run_training(slow, echo=lambda *a: None))
+    assert "timed out after 0.5s" in str(failure.value)

@@ -5,17 +5,26 @@ significant digit first (reversed) by default, the order in which carries are co
 the task learnable by a small model in minutes.
 
 Train and held-out problems never overlap: every (a, op, b) is assigned to one split by a stable hash.
+
+`arithmetic_latency` is the same exact match behind a wait drawn from a long-tailed distribution: a remote
+verifier, an LLM judge or a sandbox in miniature, for rehearsing latency-bound rewards on any machine
+(task `arithmetic-latency`; `bench/bench_latency_tail.py`).
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import random
+import time
+from statistics import NormalDist
 from typing import Any, Iterator
 
 from areal_core import RewardResult, hookimpl
 
 __version__ = "0.1.0"
 
+_NORMAL = NormalDist()
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
@@ -96,10 +105,60 @@ def exact_match(sample: dict[str, Any], response: str, *, strip: bool = True,
     return RewardResult(score=score, correct=correct, details={"extracted": answer[:200], "reference": reference})
 
 
+def latency(sample: dict[str, Any], response: str, median_s: float = 0.03, sigma: float = 1.5, cap_s: float = 3.0,
+            latency_seed: int = 0) -> float:
+    """Seconds the latency rewards wait: log-normal (median `median_s`, shape `sigma`) capped at `cap_s`,
+    drawn from the sample and the response, so the same answer waits the same in every run and mode."""
+    for name, value in (("median_s", median_s), ("cap_s", cap_s)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+            raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not sigma >= 0:
+        raise ValueError(f"sigma must be a number >= 0, got {sigma!r}")
+    key = f"{latency_seed}|{sample.get('id', sample.get('question', ''))}|{response}".encode()
+    uniform = (int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") + 0.5) / 2**64
+    return min(cap_s, median_s * math.exp(sigma * _NORMAL.inv_cdf(uniform))) if median_s > 0 else 0.0
+
+
+async def exact_match_after_latency(sample: dict[str, Any], response: str, *, median_s: float = 0.03,
+                                    sigma: float = 1.5, cap_s: float = 3.0, latency_seed: int = 0,
+                                    **options: Any) -> RewardResult:
+    """`exact_match` after an `asyncio.sleep` of `latency(...)` seconds (async: many wait at once)."""
+    wait = latency(sample, response, median_s, sigma, cap_s, latency_seed)
+    await asyncio.sleep(wait)
+    return _with_latency(exact_match(sample, response, **options), wait)
+
+
+def exact_match_after_blocking_latency(sample: dict[str, Any], response: str, *, median_s: float = 0.03,
+                                       sigma: float = 1.5, cap_s: float = 3.0, latency_seed: int = 0,
+                                       **options: Any) -> RewardResult:
+    """`exact_match` after a `time.sleep` of the same latency: registered plain (one call at a time per
+    worker, as every sync reward ran before) and io_bound (in threads), to compare the three."""
+    wait = latency(sample, response, median_s, sigma, cap_s, latency_seed)
+    time.sleep(wait)
+    return _with_latency(exact_match(sample, response, **options), wait)
+
+
+def _with_latency(result: RewardResult, wait: float) -> RewardResult:
+    return RewardResult(score=result.score, correct=result.correct, details={**result.details, "latency_s": wait})
+
+
+# Calls of arithmetic_latency one reward worker process runs at once: a step of the CPU demo scores 512
+# answers, ~0.09 s each on average with the default tail; 256 waiting at once keep up with it on one worker.
+LATENCY_CONCURRENCY = 256
+
+
 @hookimpl
 def register_rewards(register):
     register("arithmetic", exact_match, required_fields=("reference",),
              description="Exact match of the stripped response against `reference`.")
+    latency_options = "options median_s (0.03), sigma (1.5), cap_s (3.0), latency_seed"
+    register("arithmetic_latency", exact_match_after_latency, required_fields=("reference",),
+             concurrency=LATENCY_CONCURRENCY,
+             description=f"async: exact match after a log-normal wait, like a remote verifier ({latency_options})")
+    register("arithmetic_latency_threads", exact_match_after_blocking_latency, required_fields=("reference",),
+             io_bound=True, concurrency=32, description="io_bound: the same wait in a blocking call, run in threads")
+    register("arithmetic_latency_serial", exact_match_after_blocking_latency, required_fields=("reference",),
+             description="the same wait in a blocking call, one call at a time per worker (a plain reward)")
 
 
 @hookimpl
@@ -127,6 +186,9 @@ def register_tasks(register):
     longtail = {"digits": 2, "max_digits": 16}
     register(_task("arithmetic-longtail", "2- to 16-digit addition, digit count long-tailed (P(d+1) = P(d)/2), "
                    "answer reversed (training split)", "train", 20000, 0, **longtail))
+    register({**_task("arithmetic-latency", "the demo task (3-digit addition) graded by arithmetic_latency: exact "
+                      "match behind a long-tailed wait, like a remote verifier", "train", 20000, 0),
+              "reward": {"name": "arithmetic_latency"}})
     register(_task("arithmetic-longtail-test", "2- to 16-digit addition, long-tailed digit count, answer reversed "
                    "(held-out split)", "test", 500, 0, **longtail))
 
