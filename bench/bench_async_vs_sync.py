@@ -34,7 +34,11 @@ def train(mode: str, output_dir: Path, steps: int, every: int, extra: list[str])
 
 
 async def score_policies(run_dir: Path, limit: int, seed: int) -> dict[int, float]:
-    """Held-out sampled (T=1) accuracy of every kept policy, through the local engine."""
+    return await score_policies_of(run_dir, EVAL_TASK, MAX_NEW_TOKENS, limit, seed)
+
+
+async def score_policies_of(run_dir: Path, eval_task: str, max_new_tokens: int, limit: int, seed: int) -> dict[int, float]:
+    """Held-out sampled (T=1) accuracy on `eval_task` of every policy the run kept, through the local engine."""
     from areal_core.engine.local import LocalEngine
     from areal_core.engine.model import load_tokenizer
     from areal_core.rewards import RewardService, RewardServiceConfig
@@ -42,13 +46,13 @@ async def score_policies(run_dir: Path, limit: int, seed: int) -> dict[int, floa
     from areal_core.eval.runner import evaluate_task
     from areal_core.tasks import get_task
 
-    task = get_task(EVAL_TASK)
+    task = get_task(eval_task)
     accuracy = {}
     async with RewardService(RewardServiceConfig(workers=1)) as rewards:
         for policy in sorted((run_dir / "policies").iterdir()):
             engine = LocalEngine(policy, torch_threads=1).start()
             try:
-                settings = EvalSettings(n=1, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, limit=limit, seed=seed)
+                settings = EvalSettings(n=1, temperature=1.0, max_new_tokens=max_new_tokens, limit=limit, seed=seed)
                 result = (await evaluate_task(engine, task, load_tokenizer(policy), rewards, settings)).metrics
             finally:
                 await engine.close()

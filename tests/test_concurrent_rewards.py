@@ -64,7 +64,9 @@ def test_a_slow_call_never_delays_its_batch_mates(testkit_in_process):
 @pytest.mark.parametrize("slow, restarts", [
     (judge(hang=True), 0),    # awaits forever: cancelled at its timeout, the worker keeps serving
     (waiter(hang=True), 0),   # blocks its thread forever: abandoned at its timeout, the worker keeps serving
-    (judge(block=True), 1),   # blocks the event loop: the worker is killed past the grace, the others run again
+    # blocks the event loop: the worker is killed past the grace; which call blocked is unknown, so each
+    # call that was running runs again alone, and the culprit, blocking alone, is killed and fails
+    (judge(block=True), 2),
 ])
 def test_a_call_past_its_timeout_fails_alone(testkit_in_process, slow, restarts):
     others = [judge(seconds=0.2) for _ in range(6)] + [waiter(seconds=0.2) for _ in range(3)]
@@ -90,8 +92,13 @@ def test_a_call_that_kills_its_worker_among_concurrent_ones_is_found_and_fails_a
 def test_an_exception_in_an_async_reward_is_an_error_result(testkit_in_process):
     with RewardPool(workers=1, timeout=10) as pool:
         failed, fine = pool.score([judge(fail=True), judge(seconds=0.01)])
+        exited = pool.score([judge(seconds=0.01, system_exit=True), waiter(seconds=0.01, system_exit=True),
+                             judge(seconds=0.01)])
+        assert pool.restarts == 0  # SystemExit in a concurrent call ends neither the event loop nor the worker
     assert failed.error == "reward 'async_sleepy' raised ConnectionError: the judge hung up"
     assert "ConnectionError" in failed.details["traceback"] and fine.correct
+    assert [r.error for r in exited] == ["reward 'async_sleepy' raised SystemExit: 4",
+                                         "reward 'io_sleepy' raised SystemExit: 4", None]
 
 
 def test_a_worker_left_with_too_many_stuck_threads_is_replaced_once_its_calls_finish(testkit_in_process):

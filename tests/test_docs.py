@@ -16,7 +16,7 @@ def code_blocks(markdown: str, language: str) -> list[str]:
 def test_contributing_example_plugin_installs_and_scores(tmp_path, areal):
     text = (REPO / "CONTRIBUTING.md").read_text()
     [pyproject] = [b for b in code_blocks(text, "toml") if "areal-contains" in b]
-    [module] = [b for b in code_blocks(text, "python") if "register_rewards" in b]
+    [module] = [b for b in code_blocks(text, "python") if "def contains_reference" in b]
     assert len([line for line in module.splitlines() if line.strip()]) <= 20
     package = tmp_path / "areal-contains"
     package.mkdir()
@@ -70,3 +70,47 @@ def test_contributing_task_yaml_example_is_a_valid_spec_over_real_data(tmp_path,
     first = task.samples()[0]
     assert first["reference"] == "18"
     assert task.render_prompt(first)[0]["content"].endswith("Put the final answer in \\boxed{}.")
+
+
+def test_contributing_async_judge_example_scores_through_a_real_http_judge(tmp_path, areal):
+    """The guide's `async def` judge, installed as a plugin, grades through a judge server answering HTTP."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    [module] = [b for b in code_blocks(text, "python") if "async def judge" in b]
+
+    class Judge(BaseHTTPRequestHandler):
+        def do_POST(self):
+            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"score": float(asked["answer"].strip() == "4"), "judge": "test"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    package = tmp_path / "areal-judge"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "areal-judge"\nversion = "0.1.0"\n'
+        '[project.entry-points.areal]\njudge = "areal_judge"\n')
+    (package / "areal_judge.py").write_text(module)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(site), str(package)], check=True, capture_output=True)
+    rows = tmp_path / "responses.jsonl"
+    rows.write_text("".join(json.dumps({"question": "2+2?", "response": answer}) + "\n" for answer in ["4", " 4", "5"] * 20))
+    try:
+        scored = areal("score", "--reward", "judge", "--input", str(rows), "--workers", "1",
+                       "--option", f"url=http://127.0.0.1:{server.server_port}/grade", env={"PYTHONPATH": str(site)})
+    finally:
+        server.shutdown()
+    assert "scored 60 rows with reward 'judge': mean score 0.6667, correct 40/60, errors 0" in scored.stdout, scored.stderr

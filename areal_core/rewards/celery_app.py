@@ -15,8 +15,9 @@ Delivery guarantees (Redis broker):
   after the worker's visibility timeout, and another worker runs it.
 - idempotent redelivery: the finished requests of a running batch are saved under the task id (within
   PARTIAL_SAVE_EVERY_S of finishing), and a redelivered task scores only the requests not saved yet; a
-  task whose result is already stored returns that result. The client reads one result per task id, so a
-  request is never answered twice however often its batch is delivered.
+  task whose result is already stored returns that result. The client reads one result per task id (and
+  the saved partial results of a running one; the reward service takes the first answer of a request and
+  drops any later one), so a request is never answered twice however often its batch is delivered.
 - no waiting on batch-mates: the client reads the saved results of a batch while it runs and hands each
   out at once, so one slow request delays only itself. Async and io_bound rewards of a batch run side by
   side in its reward process (up to their `concurrency`).

@@ -188,13 +188,13 @@ class CeleryBackend:
         """Deliver the results the worker saved for this batch so far (each once; the final delivery of the
         whole batch finds them delivered already)."""
         try:
-            saved = partials.load(task_id, len(requests))
+            saved = {index: RewardResult.from_dict(payload)
+                     for index, payload in partials.load(task_id, len(requests)).items() if index not in handed_out}
         except Exception:
-            return  # the result backend hiccupped: the batch's own result still comes
-        for index, payload in saved.items():
-            if index not in handed_out:
-                handed_out.add(index)
-                early(index, RewardResult.from_dict(payload))
+            return  # the result backend hiccupped, or a result is unreadable: the batch's own result still comes
+        for index, result in saved.items():
+            handed_out.add(index)
+            early(index, result)
 
     # -- shutdown ------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -79,11 +79,12 @@ def check_sample(spec: RewardSpec, sample: Mapping[str, Any], where: str) -> Non
 # threads cost a stack each.
 DEFAULT_ASYNC_CONCURRENCY = 64
 DEFAULT_IO_CONCURRENCY = 16
+IO_THREAD_NAME = "areal-reward-io"  # the reward pool counts threads of timed-out calls by this name
 
 
 def call_reward(spec: RewardSpec, sample: Mapping[str, Any], response: str, options: Mapping[str, Any]) -> RewardResult:
-    """Run one reward function to its result (an async one on an event loop of its own); never raises
-    for anything the function does."""
+    """Run one reward function to its result (an async one on an event loop of its own, so not from inside
+    a running event loop: use `acall_reward` there); never raises for anything the function does."""
     try:
         output = spec.fn(dict(sample), response, **dict(options))
         if inspect.isawaitable(output):
@@ -105,7 +106,9 @@ async def acall_reward(spec: RewardSpec, sample: Mapping[str, Any], response: st
             output = await _in_thread(spec.fn, dict(sample), response, dict(options))
         if inspect.isawaitable(output):
             output = await output
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit escaping a task would end the worker's event loop
         return _raised(spec, exc)
     return _checked(spec, output)
 
@@ -136,7 +139,7 @@ def _in_thread(fn: RewardFn, sample: dict[str, Any], response: str, options: dic
         except RuntimeError:
             pass  # the loop is gone
 
-    threading.Thread(target=run, name="areal-reward-io", daemon=True).start()
+    threading.Thread(target=run, name=IO_THREAD_NAME, daemon=True).start()
     return future
 
 

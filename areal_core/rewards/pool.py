@@ -13,9 +13,10 @@ process was killed) kills its own process group instead of living on as an orpha
 Concurrent rewards: an `async def` reward, or a plain one registered ``io_bound=True``, runs side by side
 with others in its worker -- on the worker's event loop, or in threads -- up to its ``concurrency`` calls
 per worker at once, each with its own deadline (enforced in the worker by cancelling it; past a grace, by
-killing the worker). So a slow call never delays the others, wherever they came from. One-at-a-time
-(CPU-bound) rewards run in the worker's main thread, meanwhile. A worker that dies while running several
-calls does not say which one killed it: each of those runs again alone, so only the culprit fails.
+killing the worker). So a slow or hung call never delays the others. One-at-a-time (CPU-bound) rewards run
+in the worker's main thread, meanwhile. A worker that dies, or stops answering (an async reward that blocks
+its event loop), while running several calls does not say which one did it: each of those runs again
+alone, so only the culprit fails and the others are late by one run.
 
 Threads: ``submit`` and ``wakeup`` may be called from any thread; ``poll``/``map``/``score`` from one
 thread at a time (the async reward service drives the pool from one dedicated thread).
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from areal_core.errors import ArealError
+from areal_core.rewards.contract import IO_THREAD_NAME
 from areal_core.types import RewardRequest, RewardResult
 
 # A worker that dies this many times in a row without finishing a request means something is broken
@@ -52,7 +54,6 @@ def _grace(timeout: float) -> float:
 # Threads of timed-out io_bound calls cannot be stopped; a worker left with more of them than this is
 # retired (replaced once its other calls finish), so stuck threads never pile up.
 MAX_STUCK_THREADS = 64
-IO_THREAD_NAME = "areal-reward-io"
 
 
 class RewardPoolError(ArealError):
@@ -108,6 +109,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
     loop: _WorkerLoop | None = None
 
     def read() -> None:
+        try:
+            serve()
+        except BaseException:  # noqa: BLE001 - a deaf worker would only time its requests out: die, be replaced
+            os._exit(70)
+
+    def serve() -> None:
         nonlocal loop
         while True:
             try:
@@ -197,6 +204,10 @@ class _WorkerLoop:
             result = RewardResult.failure(str(exc))
         except MemoryError:
             result = RewardResult.failure(f"reward {name!r} exceeded the worker memory limit ({self.memory_limit_mb} MB)")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a reward must not end the event loop
+            result = RewardResult.failure(f"reward {name!r} raised {type(exc).__name__}: {exc}")
         self.send((ticket, result.to_dict(), time.perf_counter() - started, self.stuck_threads()))
 
     def stuck_threads(self) -> int:
@@ -213,10 +224,28 @@ class _Job:
     alone: bool = False  # run it with nothing else on its worker: it was running when a worker died
 
 
+_STOP = object()
+
+
+def _send_all(conn: multiprocessing.connection.Connection, outbox: queue.SimpleQueue[Any]) -> None:
+    """A worker's sender thread: a send that blocks (a worker too busy to read its pipe) never blocks the
+    pool's thread, which must go on enforcing deadlines."""
+    while True:
+        message = outbox.get()
+        if message is _STOP:
+            return
+        try:
+            conn.send(message)
+        except (OSError, ValueError):
+            return  # the worker is gone: the pool sees its death and re-queues what it had
+
+
 @dataclass
 class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: multiprocessing.connection.Connection
+    outbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    sender: threading.Thread | None = None
     ready: bool = False
     # One-at-a-time requests sent and not yet answered, in the order the worker runs them: the first one is
     # running, and its deadline counts from when the one before it was answered.
@@ -244,8 +273,9 @@ class RewardPool:
             for index, result in pool.map(requests):
                 ...
 
-    timeout:         seconds one request may run (wall clock) before its worker is killed; `submit`
-                     may give one request its own.
+    timeout:         seconds one request may run (wall clock); `submit` may give one request its own. A
+                     one-at-a-time call past it has its worker killed; a concurrent call is cancelled in its
+                     worker, which is killed only when it has not answered max(1 s, 10%) later.
     memory_limit_mb: address-space limit of each worker (None: unlimited).
     start_method:    multiprocessing start method; "spawn" is safe with threads and torch.
     batch_size:      at most this many queued requests are sent to a worker in one message. One round
@@ -316,25 +346,41 @@ class RewardPool:
                                     daemon=True, name="areal-reward-worker")
         process.start()
         child.close()
-        return _Worker(process=process, conn=parent)
+        worker = _Worker(process=process, conn=parent)
+        worker.sender = threading.Thread(target=_send_all, args=(parent, worker.outbox), daemon=True,
+                                         name="areal-reward-send")
+        worker.sender.start()
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        """Stop its sender thread (after the process is gone or asked to exit) and close its pipe."""
+        worker.outbox.put(_STOP)
+        if worker.sender is not None:
+            worker.sender.join(2.0)
+        worker.conn.close()
 
     def close(self) -> None:
         """Stop every worker: idle ones are asked to exit, busy ones (their results abandoned) are killed."""
         for worker in self._workers:
             if worker.busy:
                 self._kill(worker)
-                continue
-            try:
-                worker.conn.send(None)
-            except (OSError, ValueError):
-                pass
+            else:
+                worker.outbox.put(None)  # asks the worker to exit
         deadline = time.monotonic() + 2.0
         for worker in self._workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
                 self._kill(worker)
-            worker.conn.close()
+            self._retire(worker)
         self._workers.clear()
+        # Nothing of this run is left: a pool started again begins afresh.
+        with self._lock:
+            self._incoming.clear()
+        self._sequential.clear()
+        self._by_reward.clear()
+        self._alone.clear()
+        self._deadlines.clear()
+        self._running_at.clear()
 
     def __del__(self) -> None:
         for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
@@ -418,6 +464,8 @@ class RewardPool:
                     worker.by_reward[job.request.reward] += 1
                 outgoing[id(worker)] = [job]
         sharing = [w for w in workers if not w.alone]
+        if self._alone and sharing:
+            sharing.pop(0)  # no worker is idle: one gets no new work until it is, then takes a job that runs alone
         for reward, jobs in self._by_reward.items():
             limit = self._concurrency[reward]
             while jobs:
@@ -450,15 +498,9 @@ class RewardPool:
     def _send(self, worker: _Worker, jobs: list[_Job]) -> None:
         assert self._concurrency is not None
         concurrent = [job.request.reward in self._concurrency for job in jobs]
-        try:
-            worker.conn.send([(job.ticket, job.request.to_dict(), job.timeout, together)
-                              for job, together in zip(jobs, concurrent)])
-        except (OSError, ValueError):  # the worker is dying: the jobs go back, first
-            for job, together in zip(jobs, concurrent):
-                worker.by_reward[job.request.reward] -= together
-                worker.alone = worker.alone and not job.alone
-            self._requeue(jobs)
-            return
+        # Through the worker's sender thread; a worker that dies before reading it is buried with these jobs.
+        worker.outbox.put([(job.ticket, job.request.to_dict(), job.timeout, together)
+                           for job, together in zip(jobs, concurrent)])
         self.messages_sent += 1
         now = time.monotonic()
         for job, together in zip(jobs, concurrent):
@@ -490,7 +532,7 @@ class RewardPool:
         worker.assigned.clear()
         worker.concurrent.clear()
         self._kill(worker)
-        worker.conn.close()
+        self._retire(worker)
         index = self._workers.index(worker)
         self._workers[index] = self._spawn()
         self.restarts += 1
@@ -559,16 +601,30 @@ class RewardPool:
             now = time.monotonic()
             while (soonest := self._next_deadline()) is not None and soonest <= now:
                 _, ticket = heapq.heappop(self._deadlines)
-                worker, _ = self._running_at.pop(ticket)
-                job = worker.concurrent.pop(ticket)
-                done.append((ticket, _timed_out(job)))  # its worker's event loop is stuck: kill it
-                self._replace(worker)
+                self._stuck(self._running_at[ticket][0], ticket, done)
             if woken:
                 self._dispatch()
                 break
             if wait_until is not None and time.monotonic() >= wait_until:
                 break
         return done
+
+    def _stuck(self, worker: _Worker, ticket: int, done: list[tuple[int, RewardResult]]) -> None:
+        """A concurrent call is past its timeout and grace: its worker did not cancel it, so something blocks
+        that worker (its event loop, or the GIL). Results it sent are taken first; the call fails if it ran
+        alone, else whichever call blocks is unknown and every call still running there runs again alone."""
+        if self._receive(worker, done):
+            self._bury(worker, done)
+            return
+        if ticket not in worker.concurrent:
+            return  # it answered just now
+        running = worker.running()
+        if len(running) == 1:
+            job = worker.concurrent.pop(ticket)
+            self._running_at.pop(ticket, None)
+            done.append((ticket, _timed_out(job)))
+            running = []
+        self._replace(worker, suspects=running)
 
     def _bury(self, worker: _Worker, done: list[tuple[int, RewardResult]]) -> None:
         """A worker died: the call that killed it fails; when several were running, which one did is

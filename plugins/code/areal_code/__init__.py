@@ -15,7 +15,12 @@ Reward options (task spec ``reward.options`` or ``areal score --option k=v``):
   compare, float_tol, case_sensitive   stdio output comparison (tokens, 1e-6, true)
   max_cases        run at most this many stdio cases; stop_on_failure (stdio; default: reward == all)
   prelude, candidate   leetcode: code run before the program; the candidate expression
-  image, backend, pool_size   the sandbox (areal-sandbox:latest, pool, 1 container per process)
+  image, backend, pool_size   the sandbox (areal-sandbox:latest, pool, up to 4 containers per process)
+
+The reward mostly waits for its container, so it is registered io_bound: each reward worker process runs
+up to CODE_CONCURRENCY programs at once (in threads, one warm container each, started as needed), and a
+program that loops to its timeout holds only its own container. More at once per worker:
+`reward.concurrency.code=N` with `pool_size=N` (`areal score --reward-concurrency code=N --option pool_size=N`).
 """
 from __future__ import annotations
 
@@ -30,16 +35,18 @@ from areal_code.formats import BUILDERS, FORMATS, detect_format
 __version__ = "0.1.0"
 
 REWARD_MODES = ("all", "fraction")
+# Programs one reward worker process runs at once (each in its own warm container).
+CODE_CONCURRENCY = 4
 MAX_REPORTED_TESTS = 50
 _SANDBOX_KEYS = {"image": str, "backend": str, "pool_size": int, "memory_mb": int, "output_bytes": int,
                  "timeout": float, "total_timeout": float, "cpus": float, "pids_limit": int}
 
 
 def sandbox_config(options: dict[str, Any]):
-    """The sandbox config a reward call asks for (one warm container per process by default)."""
+    """The sandbox config a reward call asks for (up to CODE_CONCURRENCY warm containers per process)."""
     from areal_sandbox import SandboxConfig
 
-    values: dict[str, Any] = {"pool_size": 1, "timeout_s": 6.0, "total_timeout_s": 20.0}
+    values: dict[str, Any] = {"pool_size": CODE_CONCURRENCY, "timeout_s": 6.0, "total_timeout_s": 20.0}
     for key, kind in _SANDBOX_KEYS.items():
         if key in options and options[key] is not None:
             try:
@@ -112,7 +119,7 @@ def _short(test: dict[str, Any]) -> dict[str, Any]:
 
 @hookimpl
 def register_rewards(register):
-    register("code", code_reward,
+    register("code", code_reward, io_bound=True, concurrency=CODE_CONCURRENCY,
              description="Runs the response's program against the sample's unit tests in the Docker sandbox "
                          "(HumanEval, MBPP, LeetCode check(), stdin/stdout); 1.0 when all pass.")
 
