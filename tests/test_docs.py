@@ -40,7 +40,7 @@ def test_contributing_example_plugin_installs_and_scores(tmp_path, areal):
 def test_contributing_audit_of_the_example_plugin_prints_what_the_guide_shows(tmp_path, areal, data_dir):
     text = (REPO / "CONTRIBUTING.md").read_text()
     [pyproject] = [b for b in code_blocks(text, "toml") if "areal-contains" in b]
-    [module] = [b for b in code_blocks(text, "python") if "register_rewards" in b]
+    [module] = [b for b in code_blocks(text, "python") if "def contains_reference" in b]
     [audit] = [b for b in code_blocks(text, "python") if "register_audit_mutators" in b]
     [shown] = [b for b in code_blocks(text, "console") if "areal audit" in b]
     package = tmp_path / "areal-contains"
@@ -94,7 +94,10 @@ def test_contributing_async_judge_example_scores_through_a_real_http_judge(tmp_p
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 256  # the reward's 64 calls at once connect together (the default backlog is 5)
+
+    server = Server(("127.0.0.1", 0), Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     package = tmp_path / "areal-judge"
     package.mkdir()

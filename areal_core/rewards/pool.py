@@ -91,7 +91,6 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from areal_core.errors import ArealError as _ArealError
     from areal_core.rewards.registry import reward_registry
-    from areal_core.rewards.contract import call_reward
 
     # Load the plugins before reporting ready, so their import time never counts against a request's timeout.
     # A registry that cannot be built (e.g. duplicate names) is reported per request below.
@@ -106,41 +105,53 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
             conn.send(message)
 
     sequential: queue.SimpleQueue[tuple[int, dict[str, Any]] | None] = queue.SimpleQueue()
-    loop: _WorkerLoop | None = None
+    loops: list[_WorkerLoop] = []  # the event loop, once a concurrent call has come
 
     def read() -> None:
         try:
-            serve()
+            _read_requests(conn, send, sequential, loops, memory_limit_mb)
         except BaseException:  # noqa: BLE001 - a deaf worker would only time its requests out: die, be replaced
             os._exit(70)
-
-    def serve() -> None:
-        nonlocal loop
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                message = None
-            if message is None:
-                sequential.put(None)
-                return
-            for ticket, request, timeout, concurrently in message:
-                if concurrently:
-                    try:
-                        if loop is None:
-                            loop = _WorkerLoop(send, memory_limit_mb)
-                        loop.start(ticket, request, timeout)
-                    except RuntimeError as exc:  # no thread for the event loop (the memory limit)
-                        failed = RewardResult.failure(f"reward {request['reward']!r}: its worker could not run "
-                                                      f"concurrent calls: {exc}")
-                        send((ticket, failed.to_dict(), 0.0, 0))
-                else:
-                    sequential.put((ticket, request))
 
     # The pipe is read in a thread of its own: concurrent calls start while a CPU-bound one runs here.
     # Started before "ready": a worker that cannot start threads fails at start-up, not on a request.
     threading.Thread(target=read, name="areal-reward-reader", daemon=True).start()
     send(("ready", {"concurrency": concurrency}, 0.0, 0))
+    _run_one_at_a_time(sequential, send, loops, memory_limit_mb)
+
+
+def _read_requests(conn: multiprocessing.connection.Connection, send: Callable[[tuple[Any, ...]], None],
+                   sequential: queue.SimpleQueue[Any], loops: list[_WorkerLoop], memory_limit_mb: int | None) -> None:
+    """The worker's reader thread: concurrent calls start on the event loop, the others queue for the main thread."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is None:
+            sequential.put(None)
+            return
+        for ticket, request, timeout, concurrently in message:
+            if not concurrently:
+                sequential.put((ticket, request))
+                continue
+            try:
+                if not loops:
+                    loops.append(_WorkerLoop(send, memory_limit_mb))
+                loops[0].start(ticket, request, timeout)
+            except RuntimeError as exc:  # no thread for the event loop (the memory limit)
+                failed = RewardResult.failure(f"reward {request['reward']!r}: its worker could not run "
+                                              f"concurrent calls: {exc}")
+                send((ticket, failed.to_dict(), 0.0, 0))
+
+
+def _run_one_at_a_time(sequential: queue.SimpleQueue[Any], send: Callable[[tuple[Any, ...]], None],
+                       loops: list[_WorkerLoop], memory_limit_mb: int | None) -> None:
+    """The worker's main thread: one-at-a-time (CPU-bound) calls, in the order they came."""
+    from areal_core.errors import ArealError as _ArealError
+    from areal_core.rewards.contract import call_reward
+    from areal_core.rewards.registry import reward_registry
+
     while True:
         try:
             item = sequential.get()
@@ -159,7 +170,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
             result = RewardResult.failure(str(exc))
         except MemoryError:
             result = RewardResult.failure(f"reward {request['reward']!r} exceeded the worker memory limit ({memory_limit_mb} MB)")
-        send((ticket, result.to_dict(), time.perf_counter() - started, loop.stuck_threads() if loop else 0))
+        send((ticket, result.to_dict(), time.perf_counter() - started, loops[0].stuck_threads() if loops else 0))
 
 
 class _WorkerLoop:
