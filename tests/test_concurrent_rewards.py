@@ -93,12 +93,24 @@ def test_an_exception_in_an_async_reward_is_an_error_result(testkit_in_process):
     with RewardPool(workers=1, timeout=10) as pool:
         failed, fine = pool.score([judge(fail=True), judge(seconds=0.01)])
         exited = pool.score([judge(seconds=0.01, system_exit=True), waiter(seconds=0.01, system_exit=True),
-                             judge(seconds=0.01)])
-        assert pool.restarts == 0  # SystemExit in a concurrent call ends neither the event loop nor the worker
+                             judge(seconds=0.01, cancel=True), judge(seconds=0.01)])
+        # SystemExit or a CancelledError of the reward's own ends neither the event loop nor the worker
+        assert pool.restarts == 0
     assert failed.error == "reward 'async_sleepy' raised ConnectionError: the judge hung up"
     assert "ConnectionError" in failed.details["traceback"] and fine.correct
     assert [r.error for r in exited] == ["reward 'async_sleepy' raised SystemExit: 4",
-                                         "reward 'io_sleepy' raised SystemExit: 4", None]
+                                         "reward 'io_sleepy' raised SystemExit: 4",
+                                         "reward 'async_sleepy' raised CancelledError: ", None]
+
+
+def test_a_request_that_cannot_be_sent_to_a_worker_fails_alone(testkit_in_process):
+    unsendable = RewardRequest(reward="shout", sample={"reference": "A", "helper": lambda: 0}, response="a")
+    fine = RewardRequest(reward="shout", sample={"reference": "A"}, response="a")
+    with RewardPool(workers=1, timeout=10) as pool:
+        results = pool.score([fine, unsendable, fine, judge(seconds=0.01, helper=lambda: 0), judge(seconds=0.01)])
+    assert results[1].error.startswith("reward 'shout': the request cannot be sent to a reward worker (")
+    assert results[3].error.startswith("reward 'async_sleepy': the request cannot be sent to a reward worker (")
+    assert [r.correct for r in results] == [True, None, True, None, True]
 
 
 def test_a_worker_left_with_too_many_stuck_threads_is_replaced_once_its_calls_finish(testkit_in_process):

@@ -28,6 +28,7 @@ import heapq
 import itertools
 import multiprocessing
 import multiprocessing.connection
+from multiprocessing.reduction import ForkingPickler
 import os
 import queue
 import signal
@@ -54,6 +55,9 @@ def _grace(timeout: float) -> float:
 # Threads of timed-out io_bound calls cannot be stopped; a worker left with more of them than this is
 # retired (replaced once its other calls finish), so stuck threads never pile up.
 MAX_STUCK_THREADS = 64
+# A call running on a worker that is killed for another call's timeout (the blame may be wrong: a call that
+# holds the GIL makes its neighbours late) runs alone after this many, so the culprit cannot go on forever.
+REPLACED_ALONE = 2
 
 
 class RewardPoolError(ArealError):
@@ -183,7 +187,13 @@ class _WorkerLoop:
         self.loop = asyncio.new_event_loop()
         self.tasks: set[asyncio.Task[None]] = set()
         self.io_running = 0
-        threading.Thread(target=self.loop.run_forever, name="areal-reward-loop", daemon=True).start()
+        threading.Thread(target=self._serve, name="areal-reward-loop", daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:  # a reward stopped the loop: calls sent here would never run, so die and be replaced
+            os._exit(71)
 
     def start(self, ticket: int, request: dict[str, Any], timeout: float) -> None:
         def create() -> None:
@@ -215,9 +225,8 @@ class _WorkerLoop:
             result = RewardResult.failure(str(exc))
         except MemoryError:
             result = RewardResult.failure(f"reward {name!r} exceeded the worker memory limit ({self.memory_limit_mb} MB)")
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - SystemExit from a reward must not end the event loop
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a reward must not end the event loop;
+            # nothing cancels these tasks (wait_for's own timeout is TimeoutError), so a CancelledError is the reward's
             result = RewardResult.failure(f"reward {name!r} raised {type(exc).__name__}: {exc}")
         self.send((ticket, result.to_dict(), time.perf_counter() - started, self.stuck_threads()))
 
@@ -233,6 +242,7 @@ class _Job:
     request: RewardRequest
     timeout: float
     alone: bool = False  # run it with nothing else on its worker: it was running when a worker died
+    replaced: int = 0  # workers replaced while it ran there; at REPLACED_ALONE it runs alone
 
 
 _STOP = object()
@@ -246,9 +256,9 @@ def _send_all(conn: multiprocessing.connection.Connection, outbox: queue.SimpleQ
         if message is _STOP:
             return
         try:
-            conn.send(message)
-        except (OSError, ValueError):
-            return  # the worker is gone: the pool sees its death and re-queues what it had
+            conn.send_bytes(message) if isinstance(message, bytes) else conn.send(message)
+        except (OSError, ValueError, TypeError):
+            return  # the worker is gone (or its pipe closed): the pool sees its death and re-queues what it had
 
 
 @dataclass
@@ -329,6 +339,7 @@ class RewardPool:
         self._alone: deque[_Job] = deque()
         self._deadlines: list[tuple[float, int]] = []  # heap of concurrent requests' hard deadlines
         self._running_at: dict[int, tuple[_Worker, float]] = {}  # concurrent ticket -> its worker, deadline
+        self._unsendable: list[tuple[int, RewardResult]] = []  # failed in _send, returned by the next poll
         self._tickets = itertools.count()
         self._start_failures = 0
         self.restarts = 0
@@ -509,9 +520,26 @@ class RewardPool:
     def _send(self, worker: _Worker, jobs: list[_Job]) -> None:
         assert self._concurrency is not None
         concurrent = [job.request.reward in self._concurrency for job in jobs]
+        message = [(job.ticket, job.request.to_dict(), job.timeout, together) for job, together in zip(jobs, concurrent)]
+        try:
+            data = bytes(ForkingPickler.dumps(message))
+        except Exception:  # noqa: BLE001 - one request that cannot travel must not stop the others
+            sendable = []
+            for job, item in zip(jobs, message):
+                try:
+                    ForkingPickler.dumps(item)
+                    sendable.append(job)
+                except Exception as exc:  # noqa: BLE001
+                    self._unsendable.append((job.ticket, RewardResult.failure(
+                        f"reward {job.request.reward!r}: the request cannot be sent to a reward worker ({exc})")))
+            for job in (j for j in jobs if j not in sendable):
+                worker.by_reward[job.request.reward] -= job.request.reward in self._concurrency
+                worker.alone = worker.alone and not job.alone
+            if sendable:
+                self._send(worker, sendable)
+            return
         # Through the worker's sender thread; a worker that dies before reading it is buried with these jobs.
-        worker.outbox.put([(job.ticket, job.request.to_dict(), job.timeout, together)
-                           for job, together in zip(jobs, concurrent)])
+        worker.outbox.put(data)
         self.messages_sent += 1
         now = time.monotonic()
         for job, together in zip(jobs, concurrent):
@@ -535,6 +563,10 @@ class RewardPool:
         """Kill and respawn `worker`. What it still had queues again, ahead of the rest: `suspects` (the
         calls that were running when it died, one of which may have killed it) each to run alone."""
         suspect = {job.ticket for job in suspects}
+        for job in worker.running():
+            job.replaced += 1
+            if job.replaced >= REPLACED_ALONE:
+                suspect.add(job.ticket)
         for ticket in worker.concurrent:
             self._running_at.pop(ticket, None)
         jobs = list(worker.assigned) + list(worker.concurrent.values())
@@ -569,6 +601,9 @@ class RewardPool:
         wait_until = None if timeout is None else time.monotonic() + timeout
         while not done:
             self._dispatch()
+            if self._unsendable:
+                done, self._unsendable = self._unsendable, []
+                break
             now = time.monotonic()
             busy = [w for w in self._workers if w.busy]
             if not busy and not self._queued() and wait_until is None:
@@ -604,9 +639,12 @@ class RewardPool:
                 if dead:
                     self._bury(worker, done)
                 elif worker.assigned and time.monotonic() >= worker.deadline:
-                    job = worker.assigned.popleft()
-                    done.append((job.ticket, _timed_out(job)))
-                    self._replace(worker)
+                    if self._receive(worker, done):  # what it sent meanwhile counts: the head may have answered
+                        self._bury(worker, done)
+                    elif worker.assigned and time.monotonic() >= worker.deadline:
+                        job = worker.assigned.popleft()
+                        done.append((job.ticket, _timed_out(job)))
+                        self._replace(worker)
                 elif worker.retiring and not worker.busy:
                     self._replace(worker)
             now = time.monotonic()
