@@ -51,12 +51,13 @@ def provided_by_plugin() -> tuple[dict[str, list[str]], list[str]]:
     from areal_core.plugins.manager import BACKEND_HOOKS, backends
     from areal_core.rewards import reward_registry
     from areal_core.tasks.registry import generator_registry, plugin_task_registry
+    from areal_core.workflows import tool_registry, workflow_registry
 
     problems: list[str] = []
     provided: dict[str, list[str]] = {}
     sources: list[tuple[str, Callable[[], Registry[Any]]]] = [
         ("reward", reward_registry), ("task", plugin_task_registry), ("generator", generator_registry),
-        ("audit", mutator_registry),
+        ("audit", mutator_registry), ("workflow", workflow_registry), ("tool", tool_registry),
         *((BACKEND_LABELS[kind], lambda kind=kind: backends(kind)) for kind in BACKEND_HOOKS)]
     for kind, build in sources:
         try:
@@ -73,7 +74,8 @@ def provided_by_plugin() -> tuple[dict[str, list[str]], list[str]]:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def plugins_command(as_json: bool) -> None:
     """List installed plugins and the default plugins of areal-core: version, implemented hooks, what each
-    provides (rewards, tasks, generators, engine / reward / trainer backends), and what failed to load and why."""
+    provides (rewards, tasks, generators, workflows, tools, engine / reward / trainer backends), and what failed
+    to load and why."""
     manager = get_plugin_manager()
     provided, problems = provided_by_plugin()
     problems = manager.problems + problems

@@ -96,6 +96,13 @@ class Trajectory:
     output_logprobs are the behaviour-policy log-probs the engine returned with each token;
     output_versions the policy version that produced each token (they differ within one trajectory
     when generation was interrupted by a weight update).
+
+    A multi-turn episode (a workflow with tools or feedback, `areal_core.workflows`) is one trajectory too:
+    the output holds every turn's tokens in order, and `output_loss_mask` says which the policy produced (1)
+    and which were appended for it (0: tool results, feedback, turn markers); those carry log-prob 0.0 and
+    are never trained on. None means every output token is the policy's (a single generation). `turns` is
+    the transcript: one {role, start, end, text, ...} per segment of the output (token offsets), and
+    `episode` what the workflow recorded (its name, tool calls, per-turn scores, why it ended).
     """
 
     trajectory_id: str
@@ -109,6 +116,26 @@ class Trajectory:
     response: str
     finish_reason: str
     reward: RewardResult
+    output_loss_mask: list[int] | None = None
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    episode: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """Per output token: 1 when the policy produced it (trained on), 0 when it was appended for it."""
+        return self.output_loss_mask if self.output_loss_mask is not None else [1] * len(self.output_token_ids)
+
+    @property
+    def policy_tokens(self) -> int:
+        """How many output tokens the policy produced: what the loss trains on and normalises by."""
+        return sum(self.output_loss_mask) if self.output_loss_mask is not None else len(self.output_token_ids)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        """The versions of the policy's own tokens (staleness counts these)."""
+        if self.output_loss_mask is None:
+            return self.output_versions
+        return [v for v, m in zip(self.output_versions, self.output_loss_mask) if m]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -78,7 +78,8 @@ def test_duplicate_reward_name_is_an_error_naming_both_plugins(areal, with_plugi
     assert "Traceback" not in result.stderr
 
 
-DEFAULT_PLUGINS = {"builtin-engines", "builtin-reward-backends", "builtin-trainers", "builtin-audit"}
+DEFAULT_PLUGINS = {"builtin-engines", "builtin-reward-backends", "builtin-trainers", "builtin-audit",
+                   "builtin-workflows"}
 
 
 def test_areal_plugins_env_restricts_which_plugins_load(areal, with_plugins):
@@ -97,7 +98,9 @@ def test_the_builtin_backends_are_default_plugins_listed_with_what_they_provide(
     assert provided == {"builtin-engines": ["engine:local", "engine:server", "engine:sglang"],
                         "builtin-reward-backends": ["reward-backend:celery", "reward-backend:local"],
                         "builtin-trainers": ["trainer:fsdp", "trainer:local"],
-                        "builtin-audit": ["audit:*:degenerate"]}
+                        "builtin-audit": ["audit:*:degenerate"],
+                        "builtin-workflows": ["tool:calculator", "workflow:feedback", "workflow:single_turn",
+                                              "workflow:tool_calls"]}
     assert all(plugins[name]["builtin"] and plugins[name]["distribution"] == "areal-core" and
                plugins[name]["error"] is None for name in DEFAULT_PLUGINS)
     table = areal("plugins", env={"AREAL_PLUGINS": "", "COLUMNS": "200"})

@@ -76,6 +76,8 @@ class EvalSample:
     extracted: str | None = None
     finish_reason: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # A multi-turn workflow's transcript: one {role, start, end, tokens, text, ...} per turn (None: one generation).
+    transcript: list[dict[str, Any]] | None = None
 
     @property
     def verdict(self) -> Verdict:

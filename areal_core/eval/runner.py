@@ -12,6 +12,7 @@ ends with exactly the samples of an uninterrupted one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import re
@@ -33,7 +34,8 @@ from areal_core.eval.sources import (
 from areal_core.eval.store import ResultsStore, RunRecord, dumps, utc_now
 from areal_core.files import atomic_write
 from areal_core.tasks import Task
-from areal_core.types import RewardRequest
+from areal_core.types import RewardRequest, RewardResult
+from areal_core.workflows import DEFAULT_WORKFLOW, EpisodeRunner, WorkflowChoice, choose_workflow
 
 Progress = Callable[[str, int, int], None]  # (task, samples done, samples in the eval)
 
@@ -50,6 +52,7 @@ class TaskResult:
     status: str = "new"
     details_path: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    workflow: WorkflowChoice | None = None  # the workflow it ran, when not the task's own
 
 
 # -- generation and scoring --------------------------------------------------------------------------
@@ -67,23 +70,36 @@ async def generate_and_score(source: ResponseSource, task: Task, problems: list[
                              settings: EvalSettings, rewards: Any, *, reward_options: dict[str, Any] | None = None,
                              reward_mode: str | None = None,
                              skip: set[tuple[str, int]] = frozenset(), on_sample: Callable[[EvalSample], None] | None = None,
-                             concurrency: int = 64) -> list[EvalSample]:
+                             concurrency: int = 64, workflow: WorkflowChoice | None = None) -> list[EvalSample]:
     """Respond to and score every (problem, sample index) not in `skip`; `on_sample` sees each scored sample
     as it completes. The first failure (e.g. the engine is unreachable) cancels the rest and is raised."""
     reward = task.spec.reward
     options, _ = eval_reward_options(task, reward_options, reward_mode)
     slots = asyncio.Semaphore(concurrency)
+    episodes = episode_runner(source, task, rewards, options, settings, workflow)
 
     async def one(problem_index: int, sample: dict[str, Any], sample_index: int) -> EvalSample:
-        async with slots:
-            response, finish_reason = await source.respond(task, sample, sample_index, settings)
-        future = await rewards.submit(RewardRequest(reward=reward.name, sample=sample, response=response, options=options))
-        result = await future
+        transcript: list[dict[str, Any]] | None = None
+        if episodes is not None:  # a multi-turn workflow: the episode is generated and scored together
+            async with slots:
+                episode = await episodes.run(sample, source.sampling(sample, sample_index, settings),
+                                             f"eval-{task.name}-{sample['id']}-{sample_index}")
+            response, finish_reason, result = episode.final_response(), episode.finish_reason, episode.reward
+            transcript = [{**turn, "tokens": turn["end"] - turn["start"]} for turn in episode.turns]
+            result = result if result is not None else RewardResult.failure("generation aborted")
+            result = dataclasses.replace(result, details={**result.details, "episode": {
+                "ended_by": episode.ended_by, "tool_calls": episode.tool_calls, "generations": episode.generations,
+                **({"scores": episode.scores} if episode.scores else {})}})
+        else:
+            async with slots:
+                response, finish_reason = await source.respond(task, sample, sample_index, settings)
+            future = await rewards.submit(RewardRequest(reward=reward.name, sample=sample, response=response, options=options))
+            result = await future
         extracted = result.details.get("extracted")
         scored = EvalSample(prompt_id=sample["id"], problem_index=problem_index, sample_index=sample_index,
                             response=response, score=result.score, correct=result.correct, error=result.error,
                             extracted=extracted if isinstance(extracted, str) else None,
-                            finish_reason=finish_reason, details=result.details)
+                            finish_reason=finish_reason, details=result.details, transcript=transcript)
         if on_sample is not None:
             on_sample(scored)
         return scored
@@ -103,24 +119,42 @@ async def generate_and_score(source: ResponseSource, task: Task, problems: list[
         await asyncio.gather(*jobs, return_exceptions=True)
 
 
+def episode_runner(source: ResponseSource, task: Task, rewards: Any, options: dict[str, Any],
+                   settings: EvalSettings, workflow: WorkflowChoice | None = None) -> EpisodeRunner | None:
+    """The runner of the task's workflow (or `workflow`) when it is not a single generation and the source
+    generates (a replay source holds final responses only: they are scored as they are)."""
+    workflow = workflow or choose_workflow(task)
+    if workflow.name == DEFAULT_WORKFLOW or not isinstance(source, EngineSource):
+        return None
+    return EpisodeRunner(task, source.engine, source.tokenizer, rewards, workflow=workflow, reward_options=options,
+                         max_new_tokens=settings.max_new_tokens)
+
+
 def answer_based(problems: list[dict[str, Any]]) -> bool:
     """A task is answer-based (majority voting makes sense) when its samples carry a `reference` answer."""
     return bool(problems) and all("reference" in sample for sample in problems)
 
 
 def compute_metrics(problems: list[dict[str, Any]], settings: EvalSettings, samples: Iterable[EvalSample]) -> dict[str, Any]:
-    return aggregate(samples, settings.k, answer_based=answer_based(problems), greedy=settings.decoding == "greedy")
+    samples = list(samples)
+    metrics = aggregate(samples, settings.k, answer_based=answer_based(problems), greedy=settings.decoding == "greedy")
+    episodes = [s.details["episode"] for s in samples if isinstance(s.details.get("episode"), dict)]
+    if episodes:  # a multi-turn workflow: how often the model called a tool, and how many times
+        metrics["tool_call_rate"] = sum(e.get("tool_calls", 0) > 0 for e in episodes) / len(episodes)
+        metrics["tool_calls_mean"] = sum(e.get("tool_calls", 0) for e in episodes) / len(episodes)
+    return metrics
 
 
 async def evaluate_task(engine: Any, task: Task, tokenizer: Any, rewards: Any, settings: EvalSettings, *,
-                        reward_options: dict[str, Any] | None = None, concurrency: int = 256) -> TaskResult:
+                        reward_options: dict[str, Any] | None = None, concurrency: int = 256,
+                        workflow: WorkflowChoice | None = None) -> TaskResult:
     """Evaluate the weights an engine holds now (what `areal train` does at eval steps); nothing is stored.
     Pass the result to `record_eval` to put it in the results store."""
     problems = task.samples()[: settings.limit or None]
     samples = await generate_and_score(EngineSource(engine, tokenizer), task, problems, settings, rewards,
-                                       reward_options=reward_options, concurrency=concurrency)
+                                       reward_options=reward_options, concurrency=concurrency, workflow=workflow)
     samples.sort(key=lambda s: (s.problem_index, s.sample_index))
-    return TaskResult(task.name, settings, samples, compute_metrics(problems, settings, samples))
+    return TaskResult(task.name, settings, samples, compute_metrics(problems, settings, samples), workflow=workflow)
 
 
 # -- manifest and identity ---------------------------------------------------------------------------
@@ -159,7 +193,8 @@ def plugin_versions() -> dict[str, str | None]:
 
 
 def build_manifest(*, model: str, model_ref: str, model_hash: str, task: Task, settings: EvalSettings,
-                   reward_options: dict[str, Any], store: ResultsStore, reward_mode: str | None = None) -> dict[str, Any]:
+                   reward_options: dict[str, Any], store: ResultsStore, reward_mode: str | None = None,
+                   workflow: WorkflowChoice | None = None) -> dict[str, Any]:
     """Everything needed to tell what an eval was and to reproduce it; `key` hashes the part that decides
     its samples and their scores: model, task, data, reward with its options and its plugin's version,
     settings (not the date, the name given to the model, other plugins or the code commit)."""
@@ -179,7 +214,11 @@ def build_manifest(*, model: str, model_ref: str, model_hash: str, task: Task, s
         "reward": reward, "plugins": plugins, "settings": settings.to_dict(), "seed": settings.seed,
         "date": utc_now(), "code_version": code_version(),
     }
-    identity = {name: manifest[name] for name in ("model_hash", "task", "task_spec_hash", "dataset_hash", "reward")}
+    workflow = workflow or choose_workflow(task)
+    if workflow.name != DEFAULT_WORKFLOW:  # (single-turn evals keep the keys they had before workflows)
+        manifest["workflow"] = workflow.manifest()
+    identity = {name: manifest[name] for name in ("model_hash", "task", "task_spec_hash", "dataset_hash", "reward",
+                                                  "workflow") if name in manifest}
     manifest["key"] = _sha256(dumps({**identity, "settings": settings.identity()}))
     return manifest
 
@@ -328,7 +367,8 @@ def record_eval(db: str | Path | ResultsStore | None, model: str, task: Task, re
             model_hash = model_dir_hash(model_path, store) if model_path is not None else _sha256(f"name:{model}")
         # the options the samples were scored with (training's reward options), as `areal eval` records them
         manifest = build_manifest(model=model, model_ref=str(model_path or model), model_hash=model_hash, task=task,
-                                  settings=result.settings, reward_options=dict(reward_options or {}), store=store)
+                                  settings=result.settings, reward_options=dict(reward_options or {}), store=store,
+                                  workflow=result.workflow)
         manifest.update(step=step, run_dir=str(run_dir) if run_dir is not None else None)
         run_id = store.create_run(key=manifest["key"], model=model, model_ref=manifest["model_ref"], model_hash=model_hash,
                                   task=task.name, settings=result.settings, manifest=manifest,

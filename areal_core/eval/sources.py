@@ -200,15 +200,21 @@ class EngineSource:
     def problems(self, task: Task, settings: EvalSettings) -> list[dict[str, Any]]:
         return task.samples()[: settings.limit or None]
 
+    def sampling(self, sample: dict[str, Any], sample_index: int, settings: EvalSettings):
+        """The sampling parameters of one (problem, sample): seeded by both."""
+        from areal_core.engine.protocol import SamplingParams
+
+        return SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                              top_p=settings.top_p, seed=sample_seed(settings.seed, sample["id"], sample_index))
+
     async def respond(self, task: Task, sample: dict[str, Any], sample_index: int,
                       settings: EvalSettings) -> tuple[str, str | None]:
-        from areal_core.engine.protocol import GenerateRequest, SamplingParams
+        from areal_core.engine.protocol import GenerateRequest
 
         key = (task.name, sample["id"])
         if key not in self._prompts:
             self._prompts[key] = task.prompt_token_ids(sample, self.tokenizer)
-        params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                                top_p=settings.top_p, seed=sample_seed(settings.seed, sample["id"], sample_index))
+        params = self.sampling(sample, sample_index, settings)
         output = await self.engine.generate(GenerateRequest(self._prompts[key], params,
                                                             rid=f"eval-{task.name}-{sample['id']}-{sample_index}"))
         return self.tokenizer.decode(output.output_ids, skip_special_tokens=True), output.finish_reason

@@ -257,7 +257,10 @@ class ResultsStore:
 
         rows = [dict(run_id=run_id, prompt_id=s.prompt_id, sample_index=s.sample_index, problem_index=s.problem_index,
                      response=s.response, extracted=s.extracted, score=s.score, correct=s.correct, verdict=s.verdict,
-                     error=s.error, finish_reason=s.finish_reason, details=s.details) for s in samples]
+                     error=s.error, finish_reason=s.finish_reason,
+                     # (a transcript rides in the details column: stores made before workflows need no migration)
+                     details=s.details if s.transcript is None else {**s.details, TRANSCRIPT_KEY: s.transcript})
+                for s in samples]
         if rows:
             with self.engine.begin() as conn:
                 conn.execute(insert(self.samples_table), rows)
@@ -279,11 +282,15 @@ class ResultsStore:
         query = (select(table).where(table.c.run_id == run_id)
                  .order_by(table.c.problem_index, table.c.sample_index))
         with self.engine.connect() as conn:
-            return [EvalSample(
-                prompt_id=row.prompt_id, problem_index=row.problem_index, sample_index=row.sample_index,
-                response=row.response, score=row.score, correct=row.correct, error=row.error,
-                extracted=row.extracted, finish_reason=row.finish_reason, details=row.details or {})
-                for row in conn.execute(query)]
+            samples = []
+            for row in conn.execute(query):
+                details = dict(row.details or {})
+                transcript = details.pop(TRANSCRIPT_KEY, None)
+                samples.append(EvalSample(
+                    prompt_id=row.prompt_id, problem_index=row.problem_index, sample_index=row.sample_index,
+                    response=row.response, score=row.score, correct=row.correct, error=row.error,
+                    extracted=row.extracted, finish_reason=row.finish_reason, details=details, transcript=transcript))
+            return samples
 
     # -- content hashes -------------------------------------------------------------------------
     def file_sha256(self, path: Path) -> str:
@@ -309,6 +316,9 @@ class ResultsStore:
             conn.execute(insert(table).values(path=str(path), size=stat.st_size, mtime_ns=stat.st_mtime_ns,
                                               sha256=digest.hexdigest()))
         return digest.hexdigest()
+
+
+TRANSCRIPT_KEY = "__transcript__"
 
 
 def dumps(value: Any) -> str:

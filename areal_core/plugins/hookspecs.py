@@ -127,6 +127,39 @@ def register_audit_mutators(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def register_workflows(register: Callable[..., None]) -> None:
+    """Register workflows: how one episode of a task runs (task spec ``workflow: {name: NAME, options: {...}}``).
+
+    Call ``register(name, workflow, *, description="", check=None, uses_tools=False)`` where ``workflow`` is
+
+        async def workflow(ctx: areal_core.workflows.EpisodeContext) -> areal_core.workflows.Episode
+
+    or an object (or class) with ``async def arun_episode(self, ctx)``. The context generates through the engine
+    (``await ctx.generate(episode, stop=...)`` appends the policy's tokens exactly), appends text for the policy
+    (``ctx.append_message(episode, role, text)``: loss mask 0), calls tools (``await ctx.call_tool(name, args)``:
+    always a ToolResult) and scores (``await ctx.score(text)``); ``ctx.options`` holds the task's workflow options,
+    ``ctx.limits`` the episode limits. An episode whose ``reward`` is left None is scored on its final response.
+    ``check(options, where)`` rejects bad options before a run (raise ConfigError); ``uses_tools``: the workflow
+    calls the tools listed in its ``tools`` option, which must be registered. Built in: single_turn, tool_calls,
+    feedback (``areal_core/workflows/builtin.py``).
+    """
+
+
+@hookspec
+def register_tools(register: Callable[..., None]) -> None:
+    """Register tools workflows can call (the ``tools`` option of ``tool_calls``).
+
+    Call ``register(name, fn, *, description="", version="")`` where
+
+        fn(arguments: str, **options) -> str | areal_core.workflows.ToolResult      (or async def)
+
+    Whatever ``fn`` does (raises, hangs past its timeout, floods output), the model gets a result to read, never
+    a crashed episode. ``version`` is recorded in eval manifests. Built in: ``calculator`` (areal-core) and
+    ``python`` (areal-sandbox: runs in the Docker sandbox with the code reward's isolation and limits).
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add subcommands to the ``areal`` CLI, e.g. ``@cli.command() def mycmd(): ...``.
 

@@ -39,6 +39,7 @@ DEFAULT_PLUGINS = {
     "builtin-reward-backends": "areal_core.rewards.backends",
     "builtin-trainers": "areal_core.rl.backends",
     "builtin-audit": "areal_core.audit.generic",
+    "builtin-workflows": "areal_core.workflows.builtin",
 }
 # Notification hooks: a plugin that raises in one is warned about; the others still get the call.
 NOTIFICATION_HOOKS = {"on_trajectory", "on_train_step", "on_eval_result"}

@@ -42,7 +42,8 @@ class WarmupConfig:
     lr: float = 3e-3
     lr_warmup_steps: int = 50
     stop_at_accuracy: float | None = 0.2  # stop once this share of recent training batches is answered exactly
-    target_field: str = "reference"   # the sample field that is the ideal response
+    target_field: str = "reference"   # the sample field that is the ideal response (text, or a list of turns)
+    task: str | None = None           # warm up on another task (e.g. a tool's call format on other problems)
     seed: int = 0
 
 
@@ -63,6 +64,10 @@ class RolloutConfig:
     # so they add no policy gradient, only trainer time (DAPO's dynamic-sampling observation).
     skip_uniform_groups: bool = True
     seed: int = 0
+    # How an episode runs: None takes the task spec's workflow (default single_turn); a name (tool_calls, ...)
+    # overrides it. workflow_options are merged over the task's (tools, call_format, max_turns, ...).
+    workflow: str | None = None
+    workflow_options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.batch_size < 1 or self.group_size < 1:

@@ -64,6 +64,9 @@ def plot_rewards(history: list[dict[str, Any]], evals: list[dict[str, Any]], pat
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([h["step"] for h in history], [h["reward_mean"] for h in history], label="training reward (mean)")
+    tool_steps = [(h["step"], h["tool_call_rate"]) for h in history if "tool_call_rate" in h]
+    if tool_steps:  # a tool-using workflow: how often the policy called a tool
+        ax.plot(*zip(*tool_steps), ":", label="training tool-call rate")
     for key, style in (("sampled_accuracy", "o-"), ("greedy_accuracy", "s--")):
         points = [(e["step"], e[key]) for e in evals if key in e]
         if points:
@@ -83,6 +86,8 @@ def format_eval(record: dict[str, Any]) -> str:
         parts.append(f"greedy {record['greedy_accuracy']:.1%}")
     if "sampled_accuracy" in record:
         parts.append(f"sampled (T=1) {record['sampled_accuracy']:.1%}")
+    if "greedy_tool_call_rate" in record:
+        parts.append(f"tool calls (greedy) {record['greedy_tool_call_rate']:.0%}")
     return ", ".join(parts)
 
 
@@ -94,8 +99,8 @@ def print_summary(summary: dict[str, Any], echo: Callable[[str], None]) -> None:
     table.add_column("")
     table.add_column("before RL", justify="right")
     table.add_column("after RL", justify="right")
-    for key in ("greedy_accuracy", "sampled_accuracy"):
-        if key in summary["before"]:
+    for key in ("greedy_accuracy", "sampled_accuracy", "greedy_tool_call_rate", "sampled_tool_call_rate"):
+        if key in summary["before"] and key in summary["after"]:
             table.add_row(f"held-out {key.replace('_', ' ')}", f"{summary['before'][key]:.1%}", f"{summary['after'][key]:.1%}")
     Console().print(table)
     if "greedy_accuracy" in summary["after"]:

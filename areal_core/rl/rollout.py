@@ -1,11 +1,13 @@
 """The rollout controller: streams prompts to the generation engine, scores the responses on the reward
 service and fills the replay buffer (`ReplayBuffer`) the trainer takes its batches from.
 
-    task samples ──► [staleness gate] ──► engine.generate ×n ──► reward service ──► replay buffer ──► trainer
+    task samples ──► [staleness gate] ──► workflow episodes ×n ──► reward service ──► replay buffer ──► trainer
                           ▲                      ▲                                                    │
                           └──── policy version ──┴────────── pause / update weights / continue ◄──────┘
 
-Prompts are admitted one at a time under the staleness rule (`algorithms.may_submit`): with policy
+An episode is what the task's workflow makes of one sample (`areal_core.workflows`): one generation by default,
+or several turns with tool results or feedback between them (one token sequence with a loss mask). Prompts
+(groups of episodes) are admitted one at a time under the staleness rule (`algorithms.may_submit`): with policy
 version i, batch size B and bound eta, prompt N may start only while floor((N-1)/B) <= i + eta. Each
 prompt is sampled n times (a group); a finished group enters the buffer. Responses whose reward errored
 (verifier crash or timeout) are dropped from their group and counted; the rest of the group stays.
@@ -19,11 +21,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from areal_core.engine.protocol import GenerateOutput, GenerateRequest, InferenceEngine, SamplingParams
+from areal_core.engine.protocol import InferenceEngine, SamplingParams
 from areal_core.rl.algorithms import may_submit
 from areal_core.rl.config import RolloutConfig
 from areal_core.tasks import Task
-from areal_core.types import RewardRequest, RewardResult, Trajectory
+from areal_core.types import Trajectory
+from areal_core.workflows import EpisodeRunner, choose_workflow, episode_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,8 @@ class ReplayBuffer:
 class RolloutController:
     def __init__(self, task: Task, engine: InferenceEngine, reward_service: Any, tokenizer: Any,
                  config: RolloutConfig, on_trajectory: Callable[[Trajectory], None] | None = None,
-                 start_prompt: int = 0, reward_options: dict[str, Any] | None = None) -> None:
+                 start_prompt: int = 0, reward_options: dict[str, Any] | None = None,
+                 workflow_options: dict[str, Any] | None = None) -> None:
         self.task = task
         self.engine = engine
         self.rewards = reward_service
@@ -92,6 +96,10 @@ class RolloutController:
         # prompt asked for, or nothing; rewarding the format is part of the task.
         self.reward_options, self.reward_mode = graded_options(
             task.spec.reward.name, task.spec.reward.options, task.spec.reward.mode_for("train"), reward_options)
+        self.workflow = choose_workflow(task, {**config.workflow_options, **dict(workflow_options or {})},
+                                        config.workflow)
+        self.episodes = EpisodeRunner(task, engine, tokenizer, reward_service, workflow=self.workflow,
+                                      reward_options=self.reward_options, max_new_tokens=config.max_new_tokens)
         self.version = 0
         self.submitted = start_prompt
         self.replay_buffer = ReplayBuffer()
@@ -220,36 +228,30 @@ class RolloutController:
             await self.replay_buffer.put(number, Group(f"p{number}", sample_id, [], self.config.group_size, version))
 
     async def _rollout_group(self, number: int, version: int) -> None:
+        """The group of prompt `number`: `group_size` episodes of the task's workflow, each scored as it ends;
+        an episode whose reward errored (verifier or workflow failure) or whose generation was aborted is dropped
+        and its reason counted."""
         sample = self.sample_for(number)
-        prompt = self.task.prompt_token_ids(sample, self.tokenizer)
         group_id = f"p{number}"
-        outputs = await asyncio.gather(*(self._generate(prompt, number, i) for i in range(self.config.group_size)))
-        responses = [self.tokenizer.decode(o.output_ids, skip_special_tokens=True) for o in outputs]
-        reward = self.task.spec.reward
-        futures = [await self.rewards.submit(RewardRequest(reward=reward.name, sample=sample, response=text,
-                                                           options=dict(self.reward_options), request_id=f"{group_id}.{i}"))
-                   for i, text in enumerate(responses)]
-        results: list[RewardResult] = list(await asyncio.gather(*futures))
+        episodes = await asyncio.gather(*(self.episodes.run(sample, self._sampling(number, i), f"{group_id}.{i}")
+                                          for i in range(self.config.group_size)))
         trajectories, dropped = [], 0
-        for i, (output, text, result) in enumerate(zip(outputs, responses, results)):
-            if result.error is not None or output.finish_reason == "abort":
+        for i, episode in enumerate(episodes):
+            error = episode.reward.error if episode.reward is not None else None
+            if error is not None or episode.finish_reason == "abort":
                 dropped += 1
-                self.dropped[result.error or "aborted"] += 1
+                self.dropped[error or "aborted"] += 1
                 continue
-            trajectory = Trajectory(
-                trajectory_id=f"{group_id}.{i}", task=self.task.name, sample_id=str(sample["id"]), group_id=group_id,
-                prompt_token_ids=prompt, output_token_ids=output.output_ids, output_logprobs=output.output_logprobs,
-                output_versions=output.output_versions, response=text, finish_reason=output.finish_reason,
-                reward=result)
+            trajectory = episode_trajectory(episode, trajectory_id=f"{group_id}.{i}", task=self.task.name,
+                                            sample_id=str(sample["id"]), group_id=group_id, workflow=self.workflow.name)
             trajectories.append(trajectory)
             if self.on_trajectory:
                 self.on_trajectory(trajectory)
         await self.replay_buffer.put(number, Group(group_id, str(sample["id"]), trajectories, dropped, version))
 
-    async def _generate(self, prompt: list[int], number: int, index: int) -> GenerateOutput:
-        params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
-                                top_p=self.config.top_p, seed=self.config.seed * 1_000_003 + number * 1009 + index)
-        return await self.engine.generate(GenerateRequest(prompt, params, rid=f"p{number}.{index}"))
+    def _sampling(self, number: int, index: int) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
+                              top_p=self.config.top_p, seed=self.config.seed * 1_000_003 + number * 1009 + index)
 
     async def next_batch(self) -> list[Group]:
         """The next batch: the B groups of prompts [kB, (k+1)B) for the k-th batch, once all have finished."""
@@ -267,5 +269,5 @@ def is_uniform(group: Group) -> bool:
 
 def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dict[int, int]:
     """How many versions behind the trainer each trajectory's oldest token is."""
-    counts = Counter(version - min(t.output_versions) if t.output_versions else 0 for t in trajectories)
+    counts = Counter(version - min(t.policy_versions) if t.policy_versions else 0 for t in trajectories)
     return dict(sorted(counts.items()))

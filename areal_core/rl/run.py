@@ -33,6 +33,7 @@ from areal_core.rl.rollout import Group, RolloutController, is_uniform, stalenes
 from areal_core.rl.trainer import TrainerBackend, create_trainer
 from areal_core.rl.warmup import warmed_up
 from areal_core.tasks import Task, get_task
+from areal_core.workflows import WorkflowChoice, choose_workflow
 from areal_core.types import Trajectory
 
 Echo = Callable[[str], None]
@@ -51,6 +52,7 @@ class TrainingRun:
         self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
+        self.eval_workflow = check_workflows(config, task, eval_task)
         self.rollout = RolloutController(task, engine, rewards, trainer.tokenizer, config.rollout,
                                          on_trajectory=self._on_trajectory, reward_options=config.reward_options)
         if "controller" in state:
@@ -152,6 +154,12 @@ class TrainingRun:
             "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
         })
+        episodes = [t.episode for t in batch if t.episode]
+        if episodes:  # a multi-turn workflow: how often the policy called a tool, and how its episodes ended
+            metrics["tool_call_rate"] = sum(e.get("tool_calls", 0) > 0 for e in episodes) / len(episodes)
+            metrics["tool_calls_mean"] = sum(e.get("tool_calls", 0) for e in episodes) / len(episodes)
+            metrics["policy_token_fraction"] = (sum(t.policy_tokens for t in batch)
+                                                / max(1, sum(len(t.output_token_ids) for t in batch)))
         self.logger.log(step, self.trainer.version, metrics)
 
     async def evaluate_during(self, step: int) -> bool:
@@ -178,8 +186,10 @@ class TrainingRun:
                                     max_new_tokens=config.eval.max_new_tokens or rollout.max_new_tokens,
                                     limit=config.eval.limit)
             result = await evaluate_task(self.engine, self.eval_task, self.trainer.tokenizer, self.rewards, settings,
-                                         reward_options=config.reward_options)
+                                         reward_options=config.reward_options, workflow=self.eval_workflow)
             record[key] = result.metrics["accuracy"]
+            if "tool_call_rate" in result.metrics:
+                record[key.replace("accuracy", "tool_call_rate")] = result.metrics["tool_call_rate"]
             if self.db is not None:
                 await asyncio.to_thread(record_eval, self.db, f"{self.run_dir.name}@step{step}", self.eval_task,
                                         result, model_path=self.weights, step=step, run_dir=self.run_dir,
@@ -232,6 +242,8 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
         torch.set_num_threads(config.engine.torch_threads)
     task = get_task(config.task, config.data_dir)  # before anything is written: a missing plugin is named first
     eval_task = get_task(config.eval_task, config.data_dir) if config.eval_task else None
+    warmup_task = get_task(config.warmup.task, config.data_dir) if config.warmup.task else task
+    check_workflows(config, task, eval_task)  # a workflow or tool that is not installed, or bad options, fail here
     run_dir, checkpoint = open_run_dir(config, resume, echo)
     save_config(config, run_dir)
     echo(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{config_to_yaml(config)}")
@@ -241,7 +253,8 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     else:
         model_dir = resolve_model(config.model)
         if config.warmup.enabled:
-            model_dir = await asyncio.to_thread(warmed_up, model_dir, task, config.warmup, config.trainer.device, echo)
+            model_dir = await asyncio.to_thread(warmed_up, model_dir, warmup_task, config.warmup, config.trainer.device,
+                                                echo)
     trainer = create_trainer(model_dir, config.trainer, total_steps=config.steps, scratch_dir=run_dir / "trainer")
     if checkpoint is not None:
         trainer.load_checkpoint(checkpoint[0] / "trainer")
@@ -260,6 +273,16 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     finally:
         logger.close()
         trainer.close()
+
+
+def check_workflows(config: TrainConfig, task: Task, eval_task: Task | None) -> WorkflowChoice | None:
+    """The workflows the run uses, chosen (and so checked) before anything starts: training's, and the held-out
+    eval's (returned), which runs the same workflow as training when `rollout.workflow` names one."""
+    options = config.rollout.workflow_options
+    choose_workflow(task, options, config.rollout.workflow)
+    if eval_task is None:
+        return None
+    return choose_workflow(eval_task, options if config.rollout.workflow else {}, config.rollout.workflow)
 
 
 def open_run_dir(config: TrainConfig, resume: str | Path | None, echo: Echo) -> tuple[Path, Any]:

@@ -255,7 +255,8 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad
         pad = width - p - t
         token_rows.append(traj.prompt_token_ids + traj.output_token_ids + [pad_id] * pad)
         attention_rows.append([1] * (p + t) + [0] * pad)
-        response_rows.append([0.0] * (p - 1) + [1.0] * t + [0.0] * pad)
+        # The loss mask: only the policy's own tokens are trained on (a tool result in an episode is not).
+        response_rows.append([0.0] * (p - 1) + [float(m) for m in traj.loss_mask] + [0.0] * pad)
         behav_rows.append([0.0] * (p - 1) + list(traj.output_logprobs) + [0.0] * pad)
     tokens = torch.tensor(token_rows, dtype=torch.long)
     attention = torch.tensor(attention_rows, dtype=torch.long)
@@ -444,7 +445,7 @@ class PPOLearner:
             raise ValueError("ppo_update takes a prepared batch once, after recompute_proximal")
         batch.updated = True
         advantages = torch.as_tensor(advantages, dtype=torch.float32)
-        total_tokens = float(sum(len(t.output_token_ids) for t in trajectories))
+        total_tokens = float(sum(t.policy_tokens for t in trajectories))
         keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction", "entropy")
         sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
         grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
@@ -454,7 +455,7 @@ class PPOLearner:
         for m, members in enumerate(plan):
             # Normalisers count the whole minibatch (all ranks' micro-batches), so each rank's losses are its
             # share of the one minibatch loss.
-            mini_tokens = max(1.0, float(sum(len(trajectories[i].output_token_ids) for mb in members for i in mb)))
+            mini_tokens = max(1.0, float(sum(trajectories[i].policy_tokens for mb in members for i in mb)))
             mini_sequences = sum(len(mb) for mb in members)
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(batch.microbatches[m]):

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from areal_core.config import to_plain
+from areal_core.errors import DatasetError
 from areal_core.rl.config import WarmupConfig
 from areal_core.tasks import Task
 
@@ -37,9 +38,26 @@ def warmed_up(model_dir: Path, task: Task, config: WarmupConfig, device: str, ec
     return warm_dir
 
 
+def warmup_target(value: Any, tokenizer: Any, field: str) -> tuple[list[int], list[int]]:
+    """The target's tokens and which are trained on: a text is all trained on; a transcript (a list of
+    {role, text} turns, e.g. a tool-call episode) only in its assistant turns, never in a tool's output."""
+    if not isinstance(value, list):
+        ids = tokenizer(str(value), add_special_tokens=False)["input_ids"]
+        return ids, [1] * len(ids)
+    tokens, mask = [], []
+    for turn in value:
+        if not isinstance(turn, dict) or not isinstance(turn.get("text"), str):
+            raise DatasetError(f"warm-up target {field!r}: a transcript is a list of {{role, text}} turns, got {turn!r}")
+        ids = tokenizer(turn["text"], add_special_tokens=False)["input_ids"]
+        tokens += ids
+        mask += [1 if turn.get("role", "assistant") == "assistant" else 0] * len(ids)
+    return tokens, mask
+
+
 def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, output_dir: str | Path,
                       device: str = "cpu", progress: Any = None) -> Path:
-    """Train on prompt + target + EOS (loss on the target and EOS only); save to `output_dir`.
+    """Train on prompt + target + EOS (loss on the target and EOS only; a transcript target on its assistant
+    turns only); save to `output_dir`.
 
     Stops early when the exact-match accuracy of the teacher-forced training batches (every target token
     the argmax: what greedy decoding would produce), averaged over the last 10 steps, reaches
@@ -60,19 +78,19 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
     steps_done = 0
     for step in range(config.steps):
         batch = [samples[rng.randrange(len(samples))] for _ in range(config.batch_size)]
-        seqs, starts = [], []
+        seqs, trained = [], []
         for sample in batch:
             prompt = task.prompt_token_ids(sample, tokenizer)
-            target = tokenizer(str(sample[config.target_field]), add_special_tokens=False)["input_ids"] + [eos]
-            seqs.append(prompt + target)
-            starts.append(len(prompt))
+            target, mask = warmup_target(sample[config.target_field], tokenizer, config.target_field)
+            seqs.append(prompt + target + [eos])
+            trained.append([0] * len(prompt) + mask + [1])
         width = max(map(len, seqs))
         tokens = torch.full((len(seqs), width), pad, dtype=torch.long)
         labels = torch.full((len(seqs), width), -100, dtype=torch.long)
         attention = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, (seq, start) in enumerate(zip(seqs, starts)):
+        for row, (seq, mask) in enumerate(zip(seqs, trained)):
             tokens[row, : len(seq)] = torch.tensor(seq)
-            labels[row, start: len(seq)] = torch.tensor(seq[start:])
+            labels[row, : len(seq)] = torch.where(torch.tensor(mask) == 1, torch.tensor(seq), -100)
             attention[row, : len(seq)] = 1
         out = model(input_ids=tokens.to(device), attention_mask=attention.to(device), labels=labels.to(device))
         loss = out.loss

@@ -7,6 +7,7 @@ template.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from areal_core.errors import TaskSpecError
@@ -25,7 +26,7 @@ def encode_prompt(prompt: str | list[dict[str, str]], tokenizer: Any) -> list[in
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict):  # transformers 5 may return a BatchEncoding
+    if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding (a Mapping, not a dict)
         ids = ids["input_ids"]
     return list(ids)
 

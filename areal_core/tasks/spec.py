@@ -18,6 +18,7 @@ by a plugin. Example::
       messages:
         - {role: user, content: "{{ question }}\\nPut the final answer in \\\\boxed{}."}
     reward: {name: math, options: {}, plugin: areal-math}   # plugin: what to install when it is missing
+    # workflow: {name: tool_calls, options: {tools: [calculator]}}   # default: single_turn
     # reward.modes: {train: strict, eval: lenient} picks the grading mode per use (the defaults)
     eval: {n: 4, k: [1, 4], temperature: 0.6, max_new_tokens: 1024}
 
@@ -124,6 +125,15 @@ class RewardRef:
 
 
 @dataclass(frozen=True)
+class WorkflowRef:
+    """How an episode of the task runs: a registered workflow (single_turn, tool_calls, feedback, a plugin's) and
+    its options (tools, call format, limits; see `areal_core.workflows.builtin`)."""
+
+    name: str = "single_turn"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EvalDefaults:
     n: int = 1
     k: list[int] = field(default_factory=lambda: [1])
@@ -149,6 +159,7 @@ class TaskSpec:
     description: str = ""
     fields: dict[str, str | FieldSpec] = field(default_factory=dict)
     eval: EvalDefaults = field(default_factory=EvalDefaults)
+    workflow: WorkflowRef | None = None   # None: single_turn
     source: str = ""
 
     def validate(self) -> None:

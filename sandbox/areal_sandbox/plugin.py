@@ -1,4 +1,5 @@
-"""The `areal sandbox ...` commands (registered through the `register_commands` hook)."""
+"""The `areal sandbox ...` commands and the `python` tool (registered through the `register_commands` and
+`register_tools` hooks)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,16 @@ from areal_core import hookimpl
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     cli.add_command(sandbox_group)
+
+
+@hookimpl
+def register_tools(register) -> None:
+    from areal_sandbox import __version__
+    from areal_sandbox.image import harness_hash
+    from areal_sandbox.tool import python_tool
+
+    register("python", python_tool, description="run a Python program in the Docker sandbox; returns what it printed",
+             version=f"{__version__}+{harness_hash()[:12]}")
 
 
 @click.group("sandbox")

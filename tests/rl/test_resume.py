@@ -185,3 +185,15 @@ def test_kill_9_of_an_fsdp_run_then_resume_loses_and_repeats_nothing(tmp_path, e
     checkpoint = resume(run_dir, env)
     assert checkpoint >= target and checkpoint % 2 == 0
     assert_continuous(run_dir, 6)
+
+
+def test_kill_9_of_a_tool_using_run_then_resume_loses_and_repeats_nothing(tmp_path, env):
+    """Episodes of the tool_calls workflow (the calculator task) in flight or finished but not trained on when
+    the run dies: after --resume every prompt is trained on exactly once, and every step still reports its
+    tool-call rate (finished episodes come back from the checkpoint whole, unfinished ones are redone)."""
+    args = run_args(tmp_path, "steps=9", "task=calculator", "rollout.max_new_tokens=24", "rollout.max_staleness=2")
+    run_dir, target, killed_at = kill_after_a_random_checkpoint(tmp_path, env, args, [3, 6], delay=1.5)
+    checkpoint = resume(run_dir, env)
+    assert target <= checkpoint <= max(target, killed_at)
+    metrics = assert_continuous(run_dir, 9)
+    assert all(0.0 <= m["tool_call_rate"] <= 1.0 and 0.0 < m["policy_token_fraction"] <= 1.0 for m in metrics)

@@ -162,8 +162,19 @@ def register_rewards(register):
 
 
 @hookimpl
+def register_tools(register):
+    from areal_arithmetic.calculator import calculator_after_latency
+
+    register("calculator_latency", calculator_after_latency, version=__version__,
+             description="the calculator behind a log-uniform wait (tool options min_s 0.05, max_s 0.5)")
+
+
+@hookimpl
 def register_generators(register):
+    from areal_arithmetic.calculator import generate_calculator
+
     register("arithmetic", generate)
+    register("calculator", generate_calculator)
 
 
 def _task(name: str, description: str, split: str, size: int, seed: int, **options: Any) -> dict[str, Any]:
@@ -189,6 +200,10 @@ def register_tasks(register):
     register({**_task("arithmetic-latency", "the demo task (3-digit addition) graded by arithmetic_latency: exact "
                       "match behind a long-tailed wait, like a remote verifier", "train", 20000, 0),
               "reward": {"name": "arithmetic_latency"}})
+    from areal_arithmetic.calculator import TASKS
+
+    for task in TASKS:
+        register(task)
     register(_task("arithmetic-longtail-test", "2- to 16-digit addition, long-tailed digit count, answer reversed "
                    "(held-out split)", "test", 500, 0, **longtail))
 

@@ -1,0 +1,143 @@
+"""Multi-turn episodes in the runtime: the rollout controller runs a task's workflow, a weight update lands
+between turns and every token keeps its own version, a workflow that raises loses only its episode, and the
+trainer trains on the policy's tokens only."""
+import asyncio
+import json
+
+import pytest
+import torch
+
+from areal_core.engine.local import LocalEngine
+from areal_core.engine.model import init_model
+from areal_core.rewards import RewardService, RewardServiceConfig
+from areal_core.rl.config import RolloutConfig, TrainerConfig
+from areal_core.rl.rollout import RolloutController, staleness_histogram
+from areal_core.rl.trainer import PPOLearner, build_microbatch
+from areal_core.tasks import Task, task_spec_from_dict
+from areal_core.types import RewardResult, Trajectory
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "intermediate_size": 64}
+    root = tmp_path_factory.mktemp("agentic")
+    return init_model(root / "v0", seed=0, **small), init_model(root / "v1", seed=1, **small)
+
+
+def _task(tmp_path, workflow, rows=None):
+    rows = rows or [{"id": f"r{i}", "question": f"{i}+1=", "reference": str(i + 1)} for i in range(4)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = task_spec_from_dict({"name": "agentic", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
+                                "reward": {"name": "arithmetic"}, "workflow": workflow}, "agentic")
+    return Task(spec, tmp_path)
+
+
+def _controller_batch(task, model_dir, config, during=None):
+    async def run():
+        async with LocalEngine(model_dir, max_seq_len=256) as engine, \
+                RewardService(RewardServiceConfig(workers=1)) as rewards:
+            controller = RolloutController(task, engine, rewards, engine.tokenizer, config)
+            controller.start()
+            if during is not None:
+                await during(controller)
+            batch = await asyncio.wait_for(controller.next_batch(), timeout=120)
+            await controller.stop()
+            return batch, controller
+
+    return asyncio.run(run())
+
+
+def test_a_weight_update_between_turns_gives_each_turn_the_version_that_produced_it(tmp_path, model_dirs,
+                                                                                  testkit_in_process):
+    """The update lands while the episode waits for a slow tool: the first turn is version 0, the turn after the
+    tool version 1, the tool's tokens are masked out, and staleness counts the policy's oldest token."""
+    v0, v1 = model_dirs
+    workflow = {"name": "scripted", "options": {"tools": ["naps"], "script": ["tool:naps:1.5"], "max_new_tokens": 6}}
+    config = RolloutConfig(batch_size=2, group_size=2, max_staleness=0, max_new_tokens=6, weight_update="interrupt")
+
+    async def update_during_the_nap(controller):
+        await asyncio.sleep(0.7)
+        await controller.update_weights(str(v1), 1)
+
+    batch, controller = _controller_batch(_task(tmp_path, workflow), v0, config, update_during_the_nap)
+    trajectories = [t for g in batch for t in g.trajectories]
+    assert len(trajectories) == 4 and controller.dropped == {}
+    for t in trajectories:
+        first, tool, last = t.turns
+        assert (first["role"], tool["role"], last["role"]) == ("assistant", "tool", "assistant")
+        assert tool["text"] == "slept 1.5" and t.episode["tool_calls"] == 1
+        assert set(t.output_versions[first["start"]:first["end"]]) == {0}
+        assert set(t.output_versions[last["start"]:last["end"]]) == {1}
+        assert t.loss_mask == [1] * first["end"] + [0] * (tool["end"] - tool["start"]) + [1] * (last["end"] - last["start"])
+        assert t.policy_tokens == len(t.output_token_ids) - (tool["end"] - tool["start"])
+        assert Trajectory.from_dict(json.loads(json.dumps(t.to_dict()))) == t  # checkpoints keep episodes whole
+    assert staleness_histogram(trajectories, 1) == {1: 4}
+
+
+def test_a_workflow_that_raises_loses_only_its_episode_and_is_counted(tmp_path, model_dirs, testkit_in_process):
+    config = RolloutConfig(batch_size=2, group_size=3, max_staleness=0, max_new_tokens=4)
+    batch, controller = _controller_batch(_task(tmp_path, {"name": "raising"}), model_dirs[0], config)
+    assert [(len(g.trajectories), g.dropped) for g in batch] == [(2, 1), (2, 1)]
+    assert controller.dropped == {"workflow 'raising' failed: RuntimeError: the workflow broke": 2}
+    assert all(t.trajectory_id.split(".")[1] in ("1", "2") for g in batch for t in g.trajectories)
+
+
+def test_tool_failures_become_results_the_episode_goes_on(tmp_path, model_dirs, testkit_in_process):
+    workflow = {"name": "scripted", "options": {"tools": ["hangs", "raises", "floods"], "tool_timeout_s": 0.3,
+                                                "max_tool_output_chars": 50, "max_new_tokens": 3,
+                                                "script": ["tool:hangs:", "tool:raises:x", "tool:floods:", "tool:nope:"]}}
+    config = RolloutConfig(batch_size=1, group_size=2, max_staleness=0, max_new_tokens=3)
+    batch, controller = _controller_batch(_task(tmp_path, workflow), model_dirs[0], config)
+    for t in batch[0].trajectories:
+        tools = [turn for turn in t.turns if turn["role"] == "tool"]
+        assert [turn["error"] for turn in tools] == [True, True, False, True]
+        assert tools[0]["text"] == "error: tool 'hangs' timed out after 0.3s"
+        assert tools[1]["text"] == "error: tool 'raises' failed: ValueError: bad arguments 'x'"
+        assert len(tools[2]["text"]) <= 50 and "characters cut" in tools[2]["text"]
+        assert tools[3]["text"] == "error: unknown tool 'nope'; the tools are: floods, hangs, raises"
+        assert len([turn for turn in t.turns if turn["role"] == "assistant"]) == 5
+
+
+def test_episode_limits_end_an_episode_where_it_stands(tmp_path, model_dirs, testkit_in_process):
+    script = ["tool:naps:0.01"] * 6
+    for options, ended_by, generations in [({"max_turns": 3}, "max_turns", 3),
+                                           ({"max_total_tokens": 20, "max_new_tokens": 4}, "max_total_tokens", None),
+                                           ({"budget_s": 0.5, "script": ["tool:naps:0.3"] * 6}, "budget", None)]:
+        workflow = {"name": "scripted", "options": {"tools": ["naps"], "script": script, **options}}
+        config = RolloutConfig(batch_size=1, group_size=1, max_staleness=0, max_new_tokens=4)
+        batch, _ = _controller_batch(_task(tmp_path, workflow), model_dirs[0], config)
+        (t,) = batch[0].trajectories
+        assert t.episode["ended_by"] == ended_by, options
+        if generations is not None:
+            assert t.episode["generations"] == generations
+        if "max_total_tokens" in options:
+            assert len(t.prompt_token_ids) + len(t.output_token_ids) <= 20 + 14  # the last tool result may pass it
+
+
+def test_the_loss_and_its_normaliser_count_the_policys_tokens_only(model_dirs):
+    """What sits at masked (tool) positions never reaches the loss: behaviour log-probs of nonsense there give
+    the same loss, and the normaliser counts the policy's 4 tokens, not the 6 of the output."""
+    from areal_core.engine.model import load_model
+
+    def trajectory(masked_logprob):
+        logprobs = [-1.0, -1.0, masked_logprob, masked_logprob, -1.0, -1.0]
+        return Trajectory("a", "t", "s", "g", [5, 6, 7], [10, 11, 12, 13, 14, 15], logprobs, [0] * 6, "", "stop",
+                          RewardResult(1.0), output_loss_mask=[1, 1, 0, 0, 1, 1])
+
+    mb = build_microbatch([trajectory(0.0)], [0], 0, torch.device("cpu"))
+    assert mb.response[0].tolist() == [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    assert trajectory(0.0).policy_tokens == 4
+    model = load_model(model_dirs[0]).train()
+    learner = PPOLearner(model, None, TrainerConfig(ppo_minibatches=1), total_steps=1, version=0, pad_id=0)
+    losses = []
+    for masked in (0.0, -50.0):
+        mb = build_microbatch([trajectory(masked)], [0], 0, torch.device("cpu"))
+        mb.advantages = torch.tensor([1.0])
+        loss, stats, _, _ = learner._microbatch_loss(mb, None, None, 1.0, float(trajectory(masked).policy_tokens), 1)
+        losses.append((loss.item(), stats.tokens))
+    assert losses[0] == losses[1] and losses[0][1] == 4
+    batch = learner.prepare([trajectory(-50.0), trajectory(0.0)], 1.0)
+    learner.recompute_proximal(batch)
+    stats = learner.ppo_update(batch, torch.tensor([1.0, -1.0]))
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values() if isinstance(v, float))
