@@ -15,7 +15,8 @@
 
 2. Overhead of the workflow layer. The demo's task (single_turn) through the rollout controller as it is, and
    through the controller with the group rollout it had before workflows (generate n, decode, score; kept
-   here verbatim), alternating, several rounds each: trajectories/s of each and the ratio (goal >= 0.95).
+   here verbatim), alternating, several rounds of 3 batches each: trajectories/s of each, the ratio of the
+   medians and the median of the rounds' ratios (goal >= 0.95).
 
     .venv/bin/python bench/bench_agentic.py
     .venv/bin/python bench/bench_agentic.py --episodes 512 --rounds 3
@@ -40,7 +41,6 @@ from areal_core.tasks import Task, get_task
 from areal_core.tasks.spec import WorkflowRef
 from areal_core.types import RewardRequest, Trajectory
 
-SLOTS = 64
 EVERY_TURN_A_CALL = {"pattern": r"(?P<args>[\s\S]*)", "stop": ["</tool>"], "tool": "calculator_latency"}
 
 
@@ -92,13 +92,13 @@ def tool_task() -> Task:
     return Task(dataclasses.replace(task.spec, workflow=WorkflowRef("tool_calls", options)), task.data_dir)
 
 
-async def tool_latency(model: Path, episodes: int, group: int) -> dict[str, float]:
+async def tool_latency(model: Path, episodes: int, group: int, slots: int, tokens: int) -> dict[str, float]:
     task, prompts = tool_task(), episodes // group
     rates = {}
-    async with LocalEngine(model, max_running_requests=SLOTS) as engine, \
+    async with LocalEngine(model, max_running_requests=slots) as engine, \
             RewardService(RewardServiceConfig(workers=1)) as rewards:
-        for mode, in_flight in (("one-per-slot", SLOTS), ("async", 8 * SLOTS)):
-            config = RolloutConfig(batch_size=prompts, group_size=group, max_staleness=10**6, max_new_tokens=6,
+        for mode, in_flight in (("one-per-slot", slots), ("async", 8 * slots)):
+            config = RolloutConfig(batch_size=prompts, group_size=group, max_staleness=10**6, max_new_tokens=tokens,
                                    max_concurrent_prompts=in_flight // group, seed=len(rates))
             elapsed, taken = await collect(RolloutController, task, engine, rewards, config, 3)
             calls = sum(t.episode["tool_calls"] for t in taken) / len(taken)
@@ -111,12 +111,12 @@ async def tool_latency(model: Path, episodes: int, group: int) -> dict[str, floa
 async def overhead(model: Path, rounds: int) -> dict[str, list[float]]:
     task, rates = get_task("arithmetic"), {"pre-workflow": [], "workflow": []}
     config = RolloutConfig(max_staleness=10**6)  # the demo's batch (64 x 8) and answer length (16)
-    async with LocalEngine(model, max_running_requests=SLOTS) as engine, \
+    async with LocalEngine(model, max_running_requests=64) as engine, \
             RewardService(RewardServiceConfig(workers=1)) as rewards:
         await collect(RolloutController, task, engine, rewards, config, 1)  # warm: compiled, workers started
         for r in range(rounds):
             for mode, cls in (("pre-workflow", PreWorkflowController), ("workflow", RolloutController))[:: 1 - 2 * (r % 2)]:
-                elapsed, taken = await collect(cls, task, engine, rewards, dataclasses.replace(config, seed=r), 2)
+                elapsed, taken = await collect(cls, task, engine, rewards, dataclasses.replace(config, seed=r), 3)
                 rates[mode].append(len(taken) / elapsed)
                 print(f"  round {r} {mode:12s} {len(taken)} trajectories in {elapsed:.2f}s: {rates[mode][-1]:.0f}/s",
                       flush=True)
@@ -127,21 +127,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=768, help="episodes per batch of the tool-latency runs")
     parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--slots", type=int, default=16, help="decoding slots of the engine in the tool-latency runs")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds of the overhead comparison")
+    parser.add_argument("--turn-tokens", type=lambda v: [int(x) for x in v.split(",")], default=[2, 6],
+                        help="longest policy turn of the tool-latency runs, comma-separated (default 2,6)")
+    parser.add_argument("--only", choices=["tools", "overhead"], help="run one of the two comparisons")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = init_model(Path(tmp) / "model")
-        print("1. tool latency (50-500 ms per call), episodes/s:", flush=True)
-        rates = asyncio.run(tool_latency(model, args.episodes, args.group))
-        ratio = rates["async"] / rates["one-per-slot"]
-        print(f"   async / one-per-slot = {ratio:.2f}x (goal >= 3x)")
-        print("2. workflow layer on single_turn, trajectories/s:", flush=True)
-        speeds = asyncio.run(overhead(model, args.rounds))
-        medians = {mode: statistics.median(v) for mode, v in speeds.items()}
-        print(f"   workflow / pre-workflow = {medians['workflow'] / medians['pre-workflow']:.3f} "
-              f"(medians {medians['workflow']:.0f} vs {medians['pre-workflow']:.0f}/s; goal >= 0.95)")
+        if args.only in (None, "tools"):
+            for tokens in args.turn_tokens:
+                print(f"1. tool latency (50-500 ms per call), {args.slots} engine slots, up to {tokens} tokens per "
+                      "turn, episodes/s:", flush=True)
+                rates = asyncio.run(tool_latency(model, args.episodes, args.group, args.slots, tokens))
+                print(f"   async / one-per-slot = {rates['async'] / rates['one-per-slot']:.2f}x (goal >= 3x)")
+        if args.only in (None, "overhead"):
+            print("2. workflow layer on single_turn, trajectories/s:", flush=True)
+            speeds = asyncio.run(overhead(model, args.rounds))
+            medians = {mode: statistics.median(v) for mode, v in speeds.items()}
+            paired = statistics.median(w / p for w, p in zip(speeds["workflow"], speeds["pre-workflow"]))
+            print(f"   workflow / pre-workflow = {medians['workflow'] / medians['pre-workflow']:.3f} "
+                  f"(medians {medians['workflow']:.0f} vs {medians['pre-workflow']:.0f}/s; median of the rounds' "
+                  f"ratios {paired:.3f}; goal >= 0.95)")
     print("reproduce: .venv/bin/python bench/bench_agentic.py "
-          f"--episodes {args.episodes} --group {args.group} --rounds {args.rounds}")
+          f"--episodes {args.episodes} --group {args.group} --slots {args.slots} --rounds {args.rounds} "
+          f"--turn-tokens {','.join(map(str, args.turn_tokens))}" + (f" --only {args.only}" if args.only else ""))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 80
 
 
 def test_the_import_contracts_hold():
-    """Layers (cli > rl > eval > tasks > engine | rewards > plugins | config > basics), eval and engine never
+    """Layers (cli > rl > eval > workflows > tasks > engine | rewards > plugins | config > basics), eval and engine never
     importing rl, no import cycle at any depth, and plugins above the core (see [tool.importlinter])."""
     lint = Path(sys.executable).parent / "lint-imports"
     result = subprocess.run([str(lint), "--no-cache", "--no-logo"], cwd=REPO, capture_output=True, text=True,

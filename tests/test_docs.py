@@ -117,3 +117,45 @@ def test_contributing_async_judge_example_scores_through_a_real_http_judge(tmp_p
     finally:
         server.shutdown()
     assert "scored 60 rows with reward 'judge': mean score 0.6667, correct 40/60, errors 0" in scored.stdout, scored.stderr
+
+
+def test_contributing_workflow_and_tool_example_runs_an_eval_with_transcripts(tmp_path, areal, data_dir):
+    """The guide's workflow and tool, installed as a plugin: listed, and an `areal eval` of a task that names the
+    workflow keeps both policy turns and the nudge between them in each sample's transcript."""
+    import json
+
+    import yaml
+
+    from areal_core.engine.model import init_model
+
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    [module] = [b for b in code_blocks(text, "python") if "async def double_check" in b]
+    package = tmp_path / "areal-check"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "areal-check"\nversion = "0.1.0"\n'
+        '[project.entry-points.areal]\ncheck = "areal_check"\n')
+    (package / "areal_check.py").write_text(module)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(site), str(package)], check=True, capture_output=True)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "checked.yaml").write_text(yaml.safe_dump({
+        "name": "checked", "dataset": {"generator": "arithmetic", "size": 3, "options": {"split": "test"}},
+        "prompt": {"template": "{{ question }}"}, "reward": {"name": "arithmetic"},
+        "workflow": {"name": "double_check", "options": {"nudge": " Sure? "}}, "eval": {"max_new_tokens": 4}}))
+    env = {"PYTHONPATH": str(site), "AREAL_TASKS_PATH": str(tasks), "AREAL_EVAL_DB": str(tmp_path / "db.sqlite")}
+    listed = areal("plugins", env={**env, "COLUMNS": "200"})
+    assert "tool:word_count" in listed.stdout and "workflow:double_check" in listed.stdout
+    model = init_model(tmp_path / "model", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       num_key_value_heads=1, intermediate_size=64)
+    out = tmp_path / "out"
+    run = areal("eval", "--model", str(model), "--tasks", "checked", "--output-dir", str(out), env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    samples = [json.loads(line) for line in (out / "model" / "checked.samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3
+    for sample in samples:
+        assert [(t["role"], t["text"] if t["role"] == "user" else "") for t in sample["transcript"]] == [
+            ("assistant", ""), ("user", " Sure? "), ("assistant", "")]

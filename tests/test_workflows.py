@@ -17,7 +17,7 @@ from areal_core.workflows import (
     ToolSpec,
     calculator,
     call_format,
-    chat_suffixes,
+    chat_suffix,
     choose_workflow,
     episode_trajectory,
     run_tool,
@@ -105,9 +105,16 @@ def test_calls_are_found_in_each_format_and_malformed_calls_are_named():
     call = fenced.find("Let me run it:\n```python\nprint(6*7)\n```\n")
     assert (call.name, call.arguments) == ("python", "print(6*7)")
     assert fenced.find("```python\nprint(1)") is None  # no closing fence: not a call
+    # an engine stops on the token completing the stop string, which may carry more (BPE merges ">" with "\n")
+    assert xml.find('<tool name="calculator">6*7</tool>\n').arguments == "6*7"
+    assert xml.find('<tool name="calculator">6*7</tool>.').arguments == "6*7"
+    # an earlier mention of the opening tag is not part of the arguments
+    assert xml.find('I use <tool name="calculator"> here: <tool name="calculator">6*7</tool>').arguments == "6*7"
     custom = call_format({"pattern": r"CALC\[(?P<args>[^\]]*)\]", "stop": "]", "tool": "calculator"}, "t")
     call = custom.find("so CALC[2+2]")
     assert (call.name, call.arguments, custom.stop) == ("calculator", "2+2", ("]",))
+    either = call_format({"pattern": r"A(?P<args>\d)|B(?P<other>\d)", "stop": "!", "tool": "calculator"}, "t")
+    assert either.find("A1 and then an answer") is None  # the call must end the turn, in every alternative
 
 
 @pytest.mark.parametrize("value, message", [
@@ -160,9 +167,9 @@ def test_a_tool_message_is_appended_with_the_templates_turn_markers():
     from areal_core.engine.model import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    close, message = chat_suffixes(tokenizer, "tool", "42")
-    assert (close, message) == ("<|im_end|>\n", "<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n")
-    ids = tokenizer(close + message, add_special_tokens=False)["input_ids"]
+    text = chat_suffix(tokenizer, "tool", "42")
+    assert text == "<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     specials = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
     assert sum(i in specials for i in ids) == 4  # the markers are single special tokens, not their characters
 

@@ -29,6 +29,10 @@ class EngineError(ArealError):
     """A generation request was invalid, or no server could serve it."""
 
 
+class ContextLengthError(EngineError):
+    """A prompt that leaves no room under the engine's length limit (a multi-turn episode ends there)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """SGLang's names and meanings. top_k = -1 means no top-k; stop_token_ids extend the model's EOS."""
@@ -104,7 +108,7 @@ def validate_request(request: GenerateRequest, vocab_size: int | None = None, ma
         raise EngineError(f"token id {bad[0]!r} in input_ids is out of the vocabulary: expected {limit}")
     request.sampling_params.validate()
     if max_seq_len is not None and len(request.input_ids) >= max_seq_len:
-        raise EngineError(f"prompt of {len(request.input_ids)} tokens leaves no room under the engine's "
+        raise ContextLengthError(f"prompt of {len(request.input_ids)} tokens leaves no room under the engine's "
                           f"max length {max_seq_len}")
 
 

@@ -82,8 +82,7 @@ class ReplayBuffer:
 class RolloutController:
     def __init__(self, task: Task, engine: InferenceEngine, reward_service: Any, tokenizer: Any,
                  config: RolloutConfig, on_trajectory: Callable[[Trajectory], None] | None = None,
-                 start_prompt: int = 0, reward_options: dict[str, Any] | None = None,
-                 workflow_options: dict[str, Any] | None = None) -> None:
+                 start_prompt: int = 0, reward_options: dict[str, Any] | None = None) -> None:
         self.task = task
         self.engine = engine
         self.rewards = reward_service
@@ -96,8 +95,7 @@ class RolloutController:
         # prompt asked for, or nothing; rewarding the format is part of the task.
         self.reward_options, self.reward_mode = graded_options(
             task.spec.reward.name, task.spec.reward.options, task.spec.reward.mode_for("train"), reward_options)
-        self.workflow = choose_workflow(task, {**config.workflow_options, **dict(workflow_options or {})},
-                                        config.workflow)
+        self.workflow = choose_workflow(task, config.workflow_options, config.workflow)
         self.episodes = EpisodeRunner(task, engine, tokenizer, reward_service, workflow=self.workflow,
                                       reward_options=self.reward_options, max_new_tokens=config.max_new_tokens)
         self.version = 0

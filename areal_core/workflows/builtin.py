@@ -22,7 +22,7 @@ from areal_core import __version__
 from areal_core.errors import ConfigError
 from areal_core.plugins.hookspecs import hookimpl
 from areal_core.types import RewardResult
-from areal_core.workflows.episode import Episode, EpisodeContext
+from areal_core.workflows.episode import LIMIT_OPTIONS, Episode, EpisodeContext
 from areal_core.workflows.tools import calculator, call_format
 
 DEFAULT_RESULT_FORMAT = "<result>{output}</result>"
@@ -36,7 +36,19 @@ async def single_turn(ctx: EpisodeContext) -> Episode:
     return episode
 
 
+TOOL_CALLS_OPTIONS = {"tools", "call_format", "result_format", "tool_role", "tool_options"}
+FEEDBACK_OPTIONS = {"attempts", "feedback_format"}
+
+
+def check_known(options: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(options) - known - LIMIT_OPTIONS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown workflow option(s) {', '.join(unknown)} (options: "
+                          f"{', '.join(sorted(known | LIMIT_OPTIONS))})")
+
+
 def check_tool_calls(options: dict[str, Any], where: str) -> None:
+    check_known(options, TOOL_CALLS_OPTIONS, where)
     call_format(options.get("call_format", "xml"), where)
     tools = options.get("tools", ["calculator"])
     if not isinstance(tools, list) or not tools or not all(isinstance(t, str) for t in tools):
@@ -75,6 +87,7 @@ async def tool_calls(ctx: EpisodeContext) -> Episode:
 
 
 def check_feedback(options: dict[str, Any], where: str) -> None:
+    check_known(options, FEEDBACK_OPTIONS, where)
     attempts = options.get("attempts", 3)
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         raise ConfigError(f"{where}: workflow option attempts must be a whole number >= 1, got {attempts!r}")

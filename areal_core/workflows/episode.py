@@ -13,11 +13,13 @@ result, test feedback, the chat template's turn markers) is tokenised, and it is
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from areal_core.engine.protocol import GenerateOutput, GenerateRequest, InferenceEngine, SamplingParams
+from areal_core.engine.protocol import ContextLengthError, GenerateOutput, GenerateRequest, InferenceEngine, SamplingParams
 from areal_core.errors import ConfigError
 from areal_core.tasks import Task
 from areal_core.types import RewardResult
@@ -66,7 +68,9 @@ class Episode:
 
     def add_environment_tokens(self, ids: list[int], role: str, text: str, **details: Any) -> None:
         """Tokens appended for the policy (tool output, feedback, turn markers): trained on never. They take the
-        version of the token before them, so an episode's versions stay in order."""
+        version of the token before them, so an episode's versions stay in order. `details` are kept in the
+        transcript as JSON (anything else as its repr)."""
+        details = json_safe(details)
         start = len(self.tokens)
         version = self.versions[-1] if self.versions else 0
         self.tokens += ids
@@ -86,6 +90,10 @@ class Episode:
         return self.response if self.response is not None else self.last_policy_text()
 
 
+LIMIT_OPTIONS = {"max_turns", "max_tool_calls", "max_total_tokens", "max_new_tokens", "budget_s", "tool_timeout_s",
+                 "max_tool_output_chars"}
+
+
 @dataclass(frozen=True)
 class EpisodeLimits:
     """Bounds on one episode. max_turns counts policy generations; max_total_tokens bounds prompt + output (each
@@ -102,8 +110,7 @@ class EpisodeLimits:
     @classmethod
     def from_options(cls, options: dict[str, Any], max_new_tokens: int, where: str) -> "EpisodeLimits":
         values: dict[str, Any] = {"max_new_tokens": max_new_tokens}
-        for key in ("max_turns", "max_tool_calls", "max_total_tokens", "max_new_tokens", "budget_s", "tool_timeout_s",
-                    "max_tool_output_chars"):
+        for key in LIMIT_OPTIONS:
             if options.get(key) is None:
                 continue
             value = options[key]
@@ -164,15 +171,30 @@ class EpisodeContext:
         another turn (`episode.ended_by` says which). The engine's tokens are appended as they are."""
         if self.out_of_budget(episode):
             return None
+        if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                           or max_new_tokens < 1):
+            raise ValueError(f"generate(max_new_tokens={max_new_tokens!r}): expected a whole number >= 1")
         turn = episode.generations
         budget = min(max_new_tokens or self.limits.max_new_tokens, self.limits.max_new_tokens)
         if self.limits.max_total_tokens is not None:
             budget = min(budget, self.limits.max_total_tokens - episode.length)
-        seed = None if self.sampling.seed is None else self.sampling.seed + 7919 * turn
-        params = SamplingParams(**{**_fields(self.sampling), "max_new_tokens": budget, "seed": seed,
-                                   "stop": tuple(self.sampling.stop) + tuple(stop)})
+        changes: dict[str, Any] = {}
+        if budget != self.sampling.max_new_tokens:
+            changes["max_new_tokens"] = budget
+        if turn and self.sampling.seed is not None:  # each turn its own draw, reproducibly
+            changes["seed"] = self.sampling.seed + 7919 * turn
+        if stop:
+            changes["stop"] = tuple(self.sampling.stop) + tuple(stop)
+        params = dataclasses.replace(self.sampling, **changes) if changes else self.sampling
         rid = self.rid if turn == 0 else f"{self.rid}.t{turn}"
-        output = await self.engine.generate(GenerateRequest(episode.prompt_ids + episode.tokens, params, rid=rid))
+        ids = episode.prompt_ids + episode.tokens if episode.tokens else episode.prompt_ids
+        try:
+            output = await self.engine.generate(GenerateRequest(ids, params, rid=rid))
+        except ContextLengthError:
+            if not episode.tokens:
+                raise  # the prompt alone is too long: the sample's failure, as with one generation
+            episode.ended_by = "max_total_tokens"  # an engine whose limit the episode did not know: it ends here
+            return None
         text = self.tokenizer.decode(output.output_ids, skip_special_tokens=True)
         episode.add_policy_tokens(output, text)
         if output.finish_reason == "length" and budget < self.limits.max_new_tokens:
@@ -191,12 +213,12 @@ class EpisodeContext:
         if not self.chat:
             self.append_text(episode, content, role, **details)
             return
-        close, message = chat_suffixes(self.tokenizer, role, content)
-        last = episode.tokens[-1:] if episode.mask[-1:] == [1] else []
-        ended = self.tokenizer.decode(last) if last else ""
-        if ended and close.startswith(ended):  # the policy's turn ended on the template's end-of-turn token
-            close = close[len(ended):]
-        ids = self.tokenizer(close + message, add_special_tokens=False)["input_ids"]
+        text = chat_suffix(self.tokenizer, role, content)
+        last = episode.tokens[-1] if episode.mask[-1:] == [1] else None
+        ended = self.tokenizer.decode([last]) if last in set(self.tokenizer.all_special_ids) else ""
+        if ended and text.startswith(ended):  # the policy's turn ended on the template's end-of-turn token
+            text = text[len(ended):]
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         episode.add_environment_tokens(list(ids), role, content, **details)
 
     async def score(self, response: str, **options: Any) -> RewardResult:
@@ -208,24 +230,26 @@ class EpisodeContext:
         return await self._call_tool(name, arguments)
 
 
-def _fields(params: SamplingParams) -> dict[str, Any]:
-    return {name: getattr(params, name) for name in params.__dataclass_fields__}
+def json_safe(value: Any) -> Any:
+    """`value` as JSON can hold it (checkpoints and eval records are JSON): what JSON cannot is its repr."""
+    return json.loads(json.dumps(value, default=repr))
 
 
 _MARK = "\x00AREAL-TURN\x00"
 
 
-def chat_suffixes(tokenizer: Any, role: str, content: str) -> tuple[str, str]:
-    """(what closes an assistant turn, a `role` message followed by the generation prompt) as the tokenizer's
-    chat template writes them, found by rendering a conversation with and without the message."""
-    base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}]
+def chat_suffix(tokenizer: Any, role: str, content: str) -> str:
+    """What the tokenizer's chat template writes after an assistant turn's text when a `role` message follows:
+    the close of the turn, the message with its turn markers, and the generation prompt for the next turn.
+    Only what follows the assistant's text is taken, so a template that renders earlier turns differently once
+    they are no longer the last (Qwen3 drops their reasoning) still extends turn by turn."""
+    conversation = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK},
+                    {"role": role, "content": content}]
     try:
-        before = tokenizer.apply_chat_template(base, tokenize=False)
-        after = tokenizer.apply_chat_template(base + [{"role": role, "content": content}], tokenize=False,
-                                              add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - a template that rejects the role: say which
         raise ConfigError(f"the chat template cannot render a {role!r} message: {type(exc).__name__}: {exc}") from None
-    if not after.startswith(before):
-        raise ConfigError(f"the chat template renders a conversation differently once a {role!r} message follows; "
-                          "it cannot be extended turn by turn")
-    return before[before.rindex(_MARK) + len(_MARK):], after[len(before):]
+    if _MARK not in text:
+        raise ConfigError("the chat template does not print an assistant message's content; episodes cannot be "
+                          "extended turn by turn")
+    return text[text.rindex(_MARK) + len(_MARK):]

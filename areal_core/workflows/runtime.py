@@ -2,21 +2,24 @@
 
 A workflow that raises ends only its own episode: the episode comes back with a failure reward naming the
 workflow and the exception (counted and dropped like a verifier failure), never an exception that ends the
-group, the batch or the run. The platform's own errors (an engine no server can serve, a malformed row) pass
-through: the rollout controller fails the prompt's group with them, as it always has.
+group, the batch or the run. The engine's own errors (a request no server can serve) pass
+through: the rollout controller fails the prompt's group with them, as it always has. A prompt that cannot be
+built (a malformed row) fails before the workflow starts, the same way.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from areal_core.engine.protocol import InferenceEngine, SamplingParams
-from areal_core.errors import ArealError, ConfigError
+from areal_core.engine.protocol import EngineError
+from areal_core.errors import ConfigError
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest, RewardResult, Trajectory
-from areal_core.workflows.episode import Episode, EpisodeContext, EpisodeLimits
+from areal_core.workflows.episode import Episode, EpisodeContext, EpisodeLimits, json_safe
 from areal_core.workflows.registry import WorkflowSpec, tool_registry, workflow_registry
 from areal_core.workflows.tools import ToolResult, ToolSpec, run_tool
 
@@ -79,18 +82,21 @@ class EpisodeRunner:
         self.workflow, self.reward_options = workflow, dict(reward_options)
         self.limits = EpisodeLimits.from_options(workflow.options, max_new_tokens, f"workflow {workflow.name!r}")
         self._engine_limit_known = False
+        self._engine_limit_lock = asyncio.Lock()
         self._prompts: dict[str, list[int]] = {}  # sample id -> prompt ids, the newest PROMPT_CACHE_SIZE
 
     async def _engine_limit(self) -> None:
         """Cap `max_total_tokens` at the engine's own length limit when it says one (the local engine and `areal
-        serve` do): an episode that grows to it ends there, rather than with a request the engine refuses."""
-        if self._engine_limit_known:
-            return
-        self._engine_limit_known = True
-        try:
-            info = await self.engine.model_info()
-        except Exception:  # noqa: BLE001 - an engine without model_info: the configured limits stand
-            return
+        serve` do): an episode that grows to it ends there, rather than with a request the engine refuses. Asked
+        once; episodes starting meanwhile wait for the answer."""
+        async with self._engine_limit_lock:
+            if self._engine_limit_known:
+                return
+            try:
+                info = await self.engine.model_info()
+            except Exception:  # noqa: BLE001 - an engine without model_info: the configured limits stand
+                info = {}
+            self._engine_limit_known = True
         limit = next((info[k] for k in ("max_seq_len", "context_length") if isinstance(info.get(k), int)), None)
         if limit is not None and (self.limits.max_total_tokens is None or limit < self.limits.max_total_tokens):
             self.limits = dataclasses.replace(self.limits, max_total_tokens=limit - 1)
@@ -116,8 +122,8 @@ class EpisodeRunner:
             episode = await self.workflow.spec.run(ctx)
             if not isinstance(episode, Episode):
                 raise TypeError(f"returned {type(episode).__name__}, expected an Episode")
-        except ArealError:
-            raise  # the platform's own failure (an engine no server can serve, a malformed row): the group's
+        except EngineError:
+            raise  # the platform's own failure (no server can serve the request): the group's, as before
         except Exception as exc:  # noqa: BLE001 - a bug in a plugin's workflow; cancellation passes through
             log.warning("workflow %r failed on %s", self.workflow.name, rid, exc_info=exc)
             episode = Episode(prompt_ids=[], ended_by="error", finish_reason="error")
@@ -164,8 +170,8 @@ def episode_trajectory(episode: Episode, *, trajectory_id: str, task: str, sampl
     details: dict[str, Any] = {}
     if workflow != DEFAULT_WORKFLOW:
         details = {"workflow": workflow, "ended_by": episode.ended_by, "tool_calls": episode.tool_calls,
-                   "generations": episode.generations, **({"scores": episode.scores} if episode.scores else {}),
-                   **episode.info}
+                   "generations": episode.generations, **({"scores": json_safe(episode.scores)} if episode.scores else {}),
+                   **({"info": json_safe(episode.info)} if episode.info else {})}
     return Trajectory(
         trajectory_id=trajectory_id, task=task, sample_id=sample_id, group_id=group_id,
         prompt_token_ids=episode.prompt_ids, output_token_ids=episode.tokens, output_logprobs=episode.logprobs,

@@ -142,20 +142,26 @@ class CallFormat:
 
     def find(self, text: str) -> ToolCall | None | str:
         """The call the turn ends with; None when the turn holds none (a final answer); a message when it tried
-        to call (it ends on a stop string) but the call is malformed."""
+        to call (it stopped on a stop string) but the call is malformed. The turn is read up to its first stop
+        string: an engine stops on the token that completes it, which may carry more text (BPE merges `>` with
+        a newline)."""
+        ends = [text.index(s) + len(s) for s in self.stop if s in text]
+        stopped = bool(ends)
+        if stopped:
+            text = text[: min(ends)]
         match = None
         for match in re.finditer(self.pattern, text, re.DOTALL):
             pass
         if match is not None:
             name = match.groupdict().get("name") or self.tool
             return ToolCall(name or "", match.group("args"))
-        if any(text.endswith(s) for s in self.stop):
+        if stopped:
             return f"malformed tool call; write {self.describe}"
         return None
 
 
 BUILTIN_FORMATS = {
-    "xml": CallFormat(r'<tool name="(?P<name>[^"]*)">(?P<args>.*?)</tool>\Z', ("</tool>",),
+    "xml": CallFormat(r'<tool name="(?P<name>[^"]*)">(?P<args>(?:(?!<tool ).)*?)</tool>\s*\Z', ("</tool>",),
                       describe='<tool name="NAME">ARGUMENTS</tool>'),
     # A fenced block: the language names the tool (python, calculator); the stop string needs the newline after
     # the closing fence, which the opening fence (```python) never has.
@@ -183,7 +189,7 @@ def call_format(value: Any, where: str) -> CallFormat:
     stop = (stop,) if isinstance(stop, str) else tuple(stop)
     if not stop or not all(isinstance(s, str) and s for s in stop):
         raise ConfigError(f"{where}: call_format.stop must be one or more non-empty strings")
-    pattern = value["pattern"] if value["pattern"].endswith(r"\Z") else value["pattern"] + r"\s*\Z"
+    pattern = f"(?:{value['pattern']})" + r"\s*\Z"  # the call ends the turn (read up to its stop string)
     return CallFormat(pattern, stop, value.get("tool"), describe=f"a call matching {value['pattern']!r}")
 
 

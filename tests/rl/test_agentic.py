@@ -141,3 +141,23 @@ def test_the_loss_and_its_normaliser_count_the_policys_tokens_only(model_dirs):
     learner.recompute_proximal(batch)
     stats = learner.ppo_update(batch, torch.tensor([1.0, -1.0]))
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values() if isinstance(v, float))
+
+
+def test_the_tool_calls_workflow_runs_calls_appends_results_and_stops_at_its_call_limit(tmp_path, model_dirs,
+                                                                                      testkit_in_process):
+    """The built-in loop against the real engine: a call format that reads every turn as a calculator call (so
+    the untrained model's turns are calls), results appended as environment text, then the call limit ends the
+    episode with the last turn unanswered."""
+    every_turn = {"pattern": r"(?P<args>[\s\S]*)", "stop": ["</tool>"], "tool": "calculator"}
+    workflow = {"name": "tool_calls", "options": {"tools": ["calculator"], "call_format": every_turn,
+                                                  "max_tool_calls": 2, "max_turns": 5, "result_format": "[{output}]"}}
+    config = RolloutConfig(batch_size=1, group_size=3, max_staleness=0, max_new_tokens=4)
+    batch, controller = _controller_batch(_task(tmp_path, workflow), model_dirs[0], config)
+    assert controller.dropped == {}
+    for t in batch[0].trajectories:
+        assert [turn["role"] for turn in t.turns] == ["assistant", "tool", "assistant", "tool", "assistant"]
+        assert (t.episode["ended_by"], t.episode["tool_calls"], t.episode["generations"]) == ("max_tool_calls", 2, 3)
+        for turn in t.turns[1::2]:
+            assert turn["text"].startswith("[") and turn["text"].endswith("]") and turn["tool"] == "calculator"
+            assert turn["error"] == turn["text"].startswith("[error: ")
+        assert t.response == t.turns[-1]["text"]

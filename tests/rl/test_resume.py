@@ -196,4 +196,4 @@ def test_kill_9_of_a_tool_using_run_then_resume_loses_and_repeats_nothing(tmp_pa
     checkpoint = resume(run_dir, env)
     assert target <= checkpoint <= max(target, killed_at)
     metrics = assert_continuous(run_dir, 9)
-    assert all(0.0 <= m["tool_call_rate"] <= 1.0 and 0.0 < m["policy_token_fraction"] <= 1.0 for m in metrics)
+    assert all({"tool_call_rate", "tool_calls_mean", "policy_token_fraction"} <= set(m) for m in metrics)

@@ -102,8 +102,8 @@ def test_a_prompt_whose_rollout_fails_finishes_empty_and_counted_instead_of_stal
 
     batch, controller = asyncio.run(run())
     assert sorted((g.sample_id, len(g.trajectories), g.dropped) for g in batch) == [("ok1", 2, 0), ("ok2", 2, 0), ("too-long", 0, 2)]
-    assert controller.dropped == {"rollout failed: EngineError": 2}
-    assert "EngineError: prompt of 802 tokens leaves no room under the engine's max length 256" in controller.last_failure
+    assert controller.dropped == {"rollout failed: ContextLengthError": 2}  # (an EngineError)
+    assert "ContextLengthError: prompt of 802 tokens leaves no room under the engine's max length 256" in controller.last_failure
 
 
 

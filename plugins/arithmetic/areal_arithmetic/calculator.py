@@ -44,11 +44,15 @@ def generate_calculator(seed: int, size: int, shapes: tuple[str, ...] = ("4*3",)
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     kinds = _shapes(list(shapes))
     rng = random.Random(f"areal-calculator:{seed}:{split}:{','.join(shapes)}")
-    produced, seen = 0, set()
+    produced, seen, draws = 0, set(), 0
     while produced < size:
+        draws += 1
+        if draws > 100 * size + 10_000:
+            raise ValueError(f"cannot draw {size} distinct {split} problems of shapes {list(shapes)}"
+                             + (f" with {answer_digits}-digit answers" if answer_digits else ""))
         digits_a, op, digits_b = rng.choice(kinds)
         a = rng.randrange(10 ** (digits_a - 1), 10**digits_a)
-        b = rng.randrange(10 ** (digits_b - 1) if digits_b > 1 else 0, 10**digits_b)
+        b = rng.randrange(10 ** (digits_b - 1) if digits_b > 1 else 1, 10**digits_b)  # (no b = 0: a % 0)
         if _is_heldout(a, op, b, heldout_fraction) != (split == "test") or (a, op, b) in seen:
             continue
         if answer_digits is not None and len(str(abs(_OPS[op](a, b)))) != answer_digits:
