@@ -13,6 +13,21 @@ def code_blocks(markdown: str, language: str) -> list[str]:
     return [re.sub(rf"^{indent}", "", body, flags=re.MULTILINE) for indent, body in blocks]
 
 
+def install_module_plugin(tmp_path, name: str, module: str) -> Path:
+    """A guide's one-module plugin `areal_NAME`, pip-installed (entry point NAME) into a directory of its own."""
+    package = tmp_path / f"areal-{name}"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "areal-{name}"\nversion = "0.1.0"\n'
+        f'[project.entry-points.areal]\n{name} = "areal_{name}"\n')
+    (package / f"areal_{name}.py").write_text(module)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(site), str(package)], check=True, capture_output=True)
+    return site
+
+
 def test_contributing_example_plugin_installs_and_scores(tmp_path, areal):
     text = (REPO / "CONTRIBUTING.md").read_text()
     [pyproject] = [b for b in code_blocks(text, "toml") if "areal-contains" in b]
@@ -99,16 +114,7 @@ def test_contributing_async_judge_example_scores_through_a_real_http_judge(tmp_p
 
     server = Server(("127.0.0.1", 0), Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    package = tmp_path / "areal-judge"
-    package.mkdir()
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "areal-judge"\nversion = "0.1.0"\n'
-        '[project.entry-points.areal]\njudge = "areal_judge"\n')
-    (package / "areal_judge.py").write_text(module)
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(site), str(package)], check=True, capture_output=True)
+    site = install_module_plugin(tmp_path, "judge", module)
     rows = tmp_path / "responses.jsonl"
     rows.write_text("".join(json.dumps({"question": "2+2?", "response": answer}) + "\n" for answer in ["4", " 4", "5"] * 20))
     try:
@@ -130,16 +136,7 @@ def test_contributing_workflow_and_tool_example_runs_an_eval_with_transcripts(tm
 
     text = (REPO / "CONTRIBUTING.md").read_text()
     [module] = [b for b in code_blocks(text, "python") if "async def double_check" in b]
-    package = tmp_path / "areal-check"
-    package.mkdir()
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "areal-check"\nversion = "0.1.0"\n'
-        '[project.entry-points.areal]\ncheck = "areal_check"\n')
-    (package / "areal_check.py").write_text(module)
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(site), str(package)], check=True, capture_output=True)
+    site = install_module_plugin(tmp_path, "check", module)
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "checked.yaml").write_text(yaml.safe_dump({
