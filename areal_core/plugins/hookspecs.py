@@ -149,12 +149,13 @@ def register_workflows(register: Callable[..., None]) -> None:
 def register_tools(register: Callable[..., None]) -> None:
     """Register tools workflows can call (the ``tools`` option of ``tool_calls``).
 
-    Call ``register(name, fn, *, description="", version="")`` where
+    Call ``register(name, fn, *, description="", version="", check=None)`` where
 
         fn(arguments: str, **options) -> str | areal_core.workflows.ToolResult      (or async def)
 
     Whatever ``fn`` does (raises, hangs past its timeout, floods output), the model gets a result to read, never
-    a crashed episode. ``version`` is recorded in eval manifests. Built in: ``calculator`` (areal-core) and
+    a crashed episode. ``version`` is recorded in eval manifests; ``check(options)`` raises on tool options (the
+    workflow's ``tool_options: {NAME: {...}}``) the tool rejects, before a run starts. Built in: ``calculator`` (areal-core) and
     ``python`` (areal-sandbox: runs in the Docker sandbox with the code reward's isolation and limits).
     """
 

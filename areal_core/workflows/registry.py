@@ -47,12 +47,12 @@ def make_workflow_spec(plugin: str, name: str, workflow: Any, *, description: st
 
 
 def make_tool_spec(plugin: str, name: str, fn: Callable[..., Any], *, description: str = "",
-                   version: str = "") -> tuple[str, ToolSpec]:
-    if not callable(fn):
-        raise PluginError(f"plugin {plugin!r}: tool {name!r} is not callable")
+                   version: str = "", check: Callable[[dict[str, Any]], Any] | None = None) -> tuple[str, ToolSpec]:
+    if not callable(fn) or (check is not None and not callable(check)):
+        raise PluginError(f"plugin {plugin!r}: tool {name!r} (or its check) is not callable")
     if not name.replace("_", "").replace("-", "").isalnum():
         raise PluginError(f"plugin {plugin!r}: tool name {name!r} must be letters, digits, '_' or '-'")
-    return name, ToolSpec(name, fn, plugin, description, str(version))
+    return name, ToolSpec(name, fn, plugin, description, str(version), check)
 
 
 def workflow_registry() -> Registry[WorkflowSpec]:

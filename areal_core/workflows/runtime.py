@@ -70,7 +70,22 @@ def choose_workflow(task: Task, overrides: dict[str, Any] | None = None, name: s
                 raise ConfigError(f"{where}: no tool named {tool!r} is registered (known: "
                                   f"{', '.join(registry.names()) or 'none'}); is the plugin that provides it installed?")
             tools[tool] = registry.get(tool)
+        check_tool_options(options.get("tool_options", {}), tools, where)
     return WorkflowChoice(spec, options, tools)
+
+
+def check_tool_options(tool_options: dict[str, Any], tools: dict[str, ToolSpec], where: str) -> None:
+    """Options for tools the workflow does not call, or options a tool's own check rejects: a ConfigError now,
+    not an error result on every call of the run."""
+    for name, options in tool_options.items():
+        if name not in tools:
+            raise ConfigError(f"{where}: tool_options.{name}: the workflow calls no tool {name!r} "
+                              f"(tools: {', '.join(sorted(tools))})")
+        if tools[name].check is not None:
+            try:
+                tools[name].check(dict(options))
+            except Exception as exc:  # noqa: BLE001 - a plugin's check says what is wrong in its own words
+                raise ConfigError(f"{where}: tool_options.{name}: {exc}") from None
 
 
 class EpisodeRunner:

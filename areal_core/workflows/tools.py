@@ -43,13 +43,15 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A registered tool: its name, function, the plugin that provides it, and its version (recorded with evals)."""
+    """A registered tool: its name, function, the plugin that provides it, its version (recorded with evals), and
+    the check of its options."""
 
     name: str
     fn: Callable[..., Any]
     plugin: str
     description: str = ""
     version: str = ""
+    check: Callable[[dict[str, Any]], Any] | None = None  # raises on options the tool rejects (before a run)
 
     @property
     def is_async(self) -> bool:

@@ -20,10 +20,10 @@ def register_commands(cli: click.Group) -> None:
 def register_tools(register) -> None:
     from areal_sandbox import __version__
     from areal_sandbox.image import harness_hash
-    from areal_sandbox.tool import python_tool
+    from areal_sandbox.tool import python_tool, tool_config
 
     register("python", python_tool, description="run a Python program in the Docker sandbox; returns what it printed",
-             version=f"{__version__}+{harness_hash()[:12]}")
+             version=f"{__version__}+{harness_hash()[:12]}", check=tool_config)
 
 
 @click.group("sandbox")

@@ -25,7 +25,10 @@ def tool_config(options: dict[str, Any]) -> SandboxConfig:
     for key, value in options.items():
         if key not in _KEYS:
             raise ValueError(f"python tool: unknown option {key!r} (options: {', '.join(_KEYS)})")
-        values[key] = _KEYS[key](value)
+        try:
+            values[key] = _KEYS[key](value)
+        except (TypeError, ValueError):
+            raise ValueError(f"python tool: option {key}={value!r} is not a {_KEYS[key].__name__}") from None
     values["total_timeout_s"] = values["timeout_s"] + 5.0
     config = SandboxConfig(**values)
     config.validate()

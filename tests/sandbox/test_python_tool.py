@@ -124,3 +124,24 @@ def test_tracebacks_without_a_program_frame_are_kept_whole():
     assert program_traceback("plain stderr\n") == "plain stderr\n"
     text = 'Traceback (most recent call last):\n  File "/opt/x.py", line 1\n  File "<program>", line 2\nE: e\n'
     assert program_traceback(text) == 'Traceback (most recent call last):\n  File "<program>", line 2\nE: e\n'
+
+
+def test_tool_options_a_tool_rejects_fail_before_a_run_naming_the_option(python_tool, tmp_path):
+    from areal_core.errors import ConfigError
+    from areal_core.tasks import Task, task_spec_from_dict
+    from areal_core.workflows import choose_workflow
+
+    (tmp_path / "d.jsonl").write_text(json.dumps({"id": "a", "question": "1+1=", "reference": "2"}) + "\n")
+
+    def task(tool_options):
+        return Task(task_spec_from_dict({
+            "name": "t", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
+            "reward": {"name": "arithmetic"}, "workflow": {"name": "tool_calls", "options": {
+                "tools": ["python"], "call_format": "fenced", "tool_options": tool_options}}}, "t"), tmp_path)
+
+    assert choose_workflow(task({"python": {"timeout_s": 3}})).tools["python"].plugin == "sandbox"
+    for options, message in [({"python": {"timeout": 3}}, "tool_options.python: python tool: unknown option 'timeout'"),
+                             ({"python": {"memory_mb": "lots"}}, "option memory_mb='lots' is not a int"),
+                             ({"calculator": {}}, "the workflow calls no tool 'calculator'")]:
+        with pytest.raises(ConfigError, match=message):
+            choose_workflow(task(options))
