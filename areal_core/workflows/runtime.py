@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_core.engine.protocol import InferenceEngine, SamplingParams
-from areal_core.engine.protocol import EngineError
+from areal_core.engine.protocol import EngineError, GenerateRequest
 from areal_core.errors import ConfigError
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest, RewardResult, Trajectory
+from areal_core.workflows.builtin import single_turn
 from areal_core.workflows.episode import Episode, EpisodeContext, EpisodeLimits, json_safe
 from areal_core.workflows.registry import WorkflowSpec, tool_registry, workflow_registry
 from areal_core.workflows.tools import ToolResult, ToolSpec, run_tool
@@ -118,8 +119,9 @@ class EpisodeRunner:
 
     async def run(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
         """One episode of `sample`, scored (by the workflow, or here on its final response)."""
-        if self.workflow.name != DEFAULT_WORKFLOW:  # (one generation keeps the engine's own length check)
-            await self._engine_limit()
+        if self.workflow.spec.run is single_turn and not self.workflow.options:
+            return await self._single_generation(sample, sampling, rid)
+        await self._engine_limit()
         attempts = [0]
 
         async def score(response: str, options: dict[str, Any]) -> RewardResult:
@@ -146,6 +148,19 @@ class EpisodeRunner:
             return episode
         if episode.reward is None and episode.finish_reason != "abort":
             episode.reward = await score(episode.final_response(), {})
+        return episode
+
+    async def _single_generation(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
+        """The built-in single_turn, without options, by the shortest path: one generation, scored; the episode
+        `single_turn` makes, without building its context, because every task without a workflow of its own runs
+        it (measured against the path before workflows: bench/bench_agentic.py --only overhead)."""
+        episode = Episode(prompt_ids=self._prompt_ids(sample))
+        output = await self.engine.generate(GenerateRequest(episode.prompt_ids, sampling, rid=rid))
+        episode.add_policy_tokens(output, self.tokenizer.decode(output.output_ids, skip_special_tokens=True))
+        if output.finish_reason != "abort":
+            request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=episode.final_response(),
+                                    options=dict(self.reward_options), request_id=rid)
+            episode.reward = await (await self.rewards.submit(request))
         return episode
 
     def _prompt_ids(self, sample: dict[str, Any]) -> list[int]:

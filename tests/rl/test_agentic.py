@@ -29,7 +29,8 @@ def _task(tmp_path, workflow, rows=None):
     rows = rows or [{"id": f"r{i}", "question": f"{i}+1=", "reference": str(i + 1)} for i in range(4)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = task_spec_from_dict({"name": "agentic", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
-                                "reward": {"name": "arithmetic"}, "workflow": workflow}, "agentic")
+                                "reward": {"name": "arithmetic"}, **({"workflow": workflow} if workflow else {})},
+                               "agentic")
     return Task(spec, tmp_path)
 
 
@@ -161,3 +162,19 @@ def test_the_tool_calls_workflow_runs_calls_appends_results_and_stops_at_its_cal
             assert turn["text"].startswith("[") and turn["text"].endswith("]") and turn["tool"] == "calculator"
             assert turn["error"] == turn["text"].startswith("[error: ")
         assert t.response == t.turns[-1]["text"]
+
+
+def test_single_turn_by_its_short_path_makes_the_episodes_its_workflow_makes(tmp_path, model_dirs, testkit_in_process):
+    """Without options single_turn skips building its context; with an option it runs as a workflow: the same
+    tokens, log-probs, responses and rewards either way."""
+    config = RolloutConfig(batch_size=2, group_size=3, max_staleness=0, max_new_tokens=6)
+    short, _ = _controller_batch(_task(tmp_path, None), model_dirs[0], config)
+    full, _ = _controller_batch(_task(tmp_path, {"name": "single_turn", "options": {"max_turns": 1}}), model_dirs[0],
+                                config)
+    rows = [[(t.trajectory_id, t.output_token_ids, t.response, t.reward.score, t.output_loss_mask)
+             for g in batch for t in g.trajectories] for batch in (short, full)]
+    assert rows[0] == rows[1] and len(rows[0]) == 6
+    # (log-probs as equal as two runs of the engine make them: its batches differ with timing)
+    logprobs = [[lp for g in batch for t in g.trajectories for lp in t.output_logprobs] for batch in (short, full)]
+    assert max(abs(a - b) for a, b in zip(*logprobs)) < 1e-4
+    assert all(t.episode == {} and t.turns == [] for batch in (short, full) for g in batch for t in g.trajectories)
