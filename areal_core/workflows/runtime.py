@@ -126,10 +126,7 @@ class EpisodeRunner:
 
         async def score(response: str, options: dict[str, Any]) -> RewardResult:
             attempts[0] += 1
-            request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=response,
-                                    options={**self.reward_options, **options},
-                                    request_id=rid if attempts[0] == 1 else f"{rid}.a{attempts[0]}")
-            return await (await self.rewards.submit(request))
+            return await self._score(sample, response, rid if attempts[0] == 1 else f"{rid}.a{attempts[0]}", options)
 
         ctx = EpisodeContext(sample=sample, task=self.task, engine=self.engine, tokenizer=self.tokenizer,
                              sampling=sampling, rid=rid, options=self.workflow.options, limits=self.limits,
@@ -158,10 +155,15 @@ class EpisodeRunner:
         output = await self.engine.generate(GenerateRequest(episode.prompt_ids, sampling, rid=rid))
         episode.add_policy_tokens(output, self.tokenizer.decode(output.output_ids, skip_special_tokens=True))
         if output.finish_reason != "abort":
-            request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=episode.final_response(),
-                                    options=dict(self.reward_options), request_id=rid)
-            episode.reward = await (await self.rewards.submit(request))
+            episode.reward = await self._score(sample, episode.final_response(), rid)
         return episode
+
+    async def _score(self, sample: dict[str, Any], response: str, request_id: str,
+                     options: dict[str, Any] | None = None) -> RewardResult:
+        """The task's reward on `response`, through the reward service (options over the run's reward options)."""
+        request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=response,
+                                options={**self.reward_options, **(options or {})}, request_id=request_id)
+        return await (await self.rewards.submit(request))
 
     def _prompt_ids(self, sample: dict[str, Any]) -> list[int]:
         """The sample's prompt, rendered and tokenised once for all its episodes (a malformed row raises here,
