@@ -2,9 +2,10 @@
 
 1. Tool latency hidden by asynchrony. Episodes of the `tool_calls` workflow in which every policy turn calls a
    tool that waits 50-500 ms (`calculator_latency`: log-uniform, mean ~0.2 s) before answering: 3 turns and 2
-   tool calls per episode, on the embedded model in the local engine (64 decoding slots), rewards on the local
-   pool. The call format takes every turn as a call, so the episode shape does not depend on what an untrained
-   model writes. The rollout controller collects the same batches (no training: the policy version stays):
+   tool calls per episode, on the embedded model in the local engine (`--slots` decoding slots, and room to keep
+   the cache of every episode in flight, so a turn prefills only its new text), rewards on the local pool. The
+   call format takes every turn as a call, so the episode shape does not depend on what an untrained model
+   writes. The rollout controller collects the same batches (no training: the policy version stays):
 
        one-per-slot  as many episodes in flight as the engine has slots: a slot's episode holds it through its
                      tool calls, so the slot idles while the tool waits (how a synchronous agent loop runs)
@@ -95,7 +96,7 @@ def tool_task() -> Task:
 async def tool_latency(model: Path, episodes: int, group: int, slots: int, tokens: int) -> dict[str, float]:
     task, prompts = tool_task(), episodes // group
     rates = {}
-    async with LocalEngine(model, max_running_requests=slots) as engine, \
+    async with LocalEngine(model, max_running_requests=slots, prefix_cache_slots=8 * slots) as engine, \
             RewardService(RewardServiceConfig(workers=1)) as rewards:
         for mode, in_flight in (("one-per-slot", slots), ("async", 8 * slots)):
             config = RolloutConfig(batch_size=prompts, group_size=group, max_staleness=10**6, max_new_tokens=tokens,

@@ -36,7 +36,7 @@ async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Pat
         raise ConfigError("the local engine backend generates in this process and connects to no server "
                           f"({', '.join(target.urls)}); use backend server or sglang for servers already running")
     engine = LocalEngine(target.model, max_running_requests=config.max_running_requests,
-                         torch_threads=config.torch_threads).start()
+                         torch_threads=config.torch_threads, prefix_cache_slots=config.prefix_cache_slots).start()
     try:
         yield engine
     finally:
@@ -72,8 +72,9 @@ def _servers(server_process: ServerStarter):
 
 def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
     threads = ["--torch-threads", str(config.torch_threads)] if config.torch_threads else []
+    kept = [] if config.prefix_cache_slots is None else ["--prefix-cache-slots", str(config.prefix_cache_slots)]
     return ServerProcess.areal(str(model), port, log_path=log, env=env,
-                               extra_args=[*threads, "--max-running-requests", str(config.max_running_requests)])
+                               extra_args=[*threads, *kept, "--max-running-requests", str(config.max_running_requests)])
 
 
 def _sglang_server(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:

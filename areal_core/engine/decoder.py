@@ -76,25 +76,30 @@ class SlottedDecoder:
         mask = mask[:, None]                                                 # [B, 1, T, K]
         flat_slots = slots[:, None].expand(B, T)[valid]
         flat_pos = positions[valid]
+        N = flat_pos.numel()
 
-        hidden = inner.embed_tokens(tokens)
-        cos, sin = inner.rotary_emb(hidden, positions)
+        # Every layer but attention runs on the new tokens alone, packed [1, N] (a decode row is not padded to
+        # a prompt's length); attention runs per row over its slot, padded [B, T].
+        hidden = inner.embed_tokens(tokens[valid])[None]                     # [1, N, H]
+        cos, sin = inner.rotary_emb(hidden, flat_pos[None])
+        padded = torch.zeros(B, T, self.heads, self.head_dim, dtype=hidden.dtype, device=device)
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             residual = hidden
             x = layer.input_layernorm(hidden)
-            q = attn.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
-            k = attn.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = attn.v_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+            q = attn.q_proj(x).view(1, N, self.heads, self.head_dim).transpose(1, 2)
+            k = attn.k_proj(x).view(1, N, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(1, N, self.kv_heads, self.head_dim)
             q, k = self.apply_rotary(q, k, cos, sin)
-            self.k_cache[i][flat_slots, :, flat_pos] = k.transpose(1, 2)[valid]
-            self.v_cache[i][flat_slots, :, flat_pos] = v.transpose(1, 2)[valid]
+            self.k_cache[i][flat_slots, :, flat_pos] = k[0].transpose(0, 1)
+            self.v_cache[i][flat_slots, :, flat_pos] = v[0]
             keys = self.k_cache[i][slots, :, :key_len]
             values = self.v_cache[i][slots, :, :key_len]
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
-                                                 enable_gqa=self.heads != self.kv_heads)
-            hidden = residual + attn.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+            padded[valid] = q[0].transpose(0, 1)
+            out = F.scaled_dot_product_attention(padded.transpose(1, 2), keys, values, attn_mask=mask,
+                                                 scale=self.scaling, enable_gqa=self.heads != self.kv_heads)
+            hidden = residual + attn.o_proj(out.transpose(1, 2)[valid].reshape(1, N, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        last = (lengths - 1).clamp(min=0)
-        hidden = inner.norm(hidden[torch.arange(B, device=device), last])
+        last = torch.cumsum(lengths, 0) - 1                                  # each row's last new token, packed
+        hidden = inner.norm(hidden[0, last])
         return self.model.lm_head(hidden).float()

@@ -9,6 +9,11 @@ therefore join the running batch as soon as a slot frees up, without waiting for
 A weight update drops every request's KV cache (it was computed with the old weights) but keeps its
 tokens; the next step recomputes the cache from prompt + tokens so far with the new weights and
 generation continues. Each token records the version of the weights that produced it.
+
+A finished request's keys/values stay in its slot (up to `prefix_cache_slots` beyond the running ones,
+least recently finished evicted first): a request whose tokens extend them (the next turn of a multi-turn
+episode: the same prompt and output, then a tool result) takes the slot over and prefills only what is
+new, as SGLang's radix cache does for a shared prefix.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import queue
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -63,7 +68,8 @@ class LocalEngine:
 
     def __init__(self, model_path: str | Path, *, max_running_requests: int = 64, max_seq_len: int | None = None,
                  device: str = "cpu", dtype: str = "float32", weight_version: int = 0, seed: int = 0,
-                 max_prefill_tokens: int = 8192, torch_threads: int | None = None) -> None:
+                 max_prefill_tokens: int = 8192, torch_threads: int | None = None,
+                 prefix_cache_slots: int | None = None) -> None:
         self.model_path = str(model_path)
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -76,12 +82,17 @@ class LocalEngine:
         self.vocab_size = int(self.model.config.vocab_size)
         limit = int(getattr(self.model.config, "max_position_embeddings", 4096))
         self.max_seq_len = min(max_seq_len or limit, limit)
-        self.decoder = SlottedDecoder(self.model, max_running_requests, self.max_seq_len)
+        self.max_running_requests = max_running_requests
+        kept = max_running_requests if prefix_cache_slots is None else prefix_cache_slots
+        if kept < 0:
+            raise ValueError(f"prefix_cache_slots must be >= 0, got {prefix_cache_slots}")
+        self.decoder = SlottedDecoder(self.model, max_running_requests + kept, self.max_seq_len)
         self.eos_ids = eos_token_ids(model_path, self.tokenizer)
         self.version = weight_version
         self.max_prefill_tokens = max_prefill_tokens
         self._seeds = itertools.count(seed * 1_000_003)
-        self._free_slots = list(range(max_running_requests))[::-1]
+        self._free_slots = list(range(max_running_requests + kept))[::-1]
+        self._kept: OrderedDict[int, list[int]] = OrderedDict()  # slot -> the tokens it holds, oldest first
         self._waiting: deque[_Running] = deque()
         self._running: list[_Running] = []
         self._inbox: queue.SimpleQueue[tuple[str, Any, concurrent.futures.Future | None]] = queue.SimpleQueue()
@@ -171,7 +182,7 @@ class LocalEngine:
 
     async def model_info(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "tokenizer_path": self.model_path, "is_generation": True,
-                "weight_version": str(self.version), "max_running_requests": self.decoder.slots,
+                "weight_version": str(self.version), "max_running_requests": self.max_running_requests,
                 "max_seq_len": self.max_seq_len, "vocab_size": self.vocab_size,
                 "running": len(self._running), "waiting": len(self._waiting), "paused": self._paused}
 
@@ -244,12 +255,14 @@ class LocalEngine:
             # Every cache was computed with the old weights: drop them, keep the tokens.
             for req in self._running:
                 self._drop_cache(req)
+            self._forget_kept()
             self.version = version
             self.model_path = path
             self.last_weight_load_seconds = time.perf_counter() - started
         elif name == "flush_cache":
             for req in self._running:
                 self._drop_cache(req)
+            self._forget_kept()
         elif name == "stop":
             self._stopped = True
         else:
@@ -270,10 +283,37 @@ class LocalEngine:
             self.stats["interruptions"] += 1
         req.cached = 0
 
-    def _release(self, req: _Running) -> None:
-        if req.slot is not None:
+    def _release(self, req: _Running, keep: bool = False) -> None:
+        """Give the request's slot back; with `keep`, its keys/values stay for a request that extends them."""
+        if req.slot is None:
+            return
+        if keep and req.cached and self.decoder.slots > self.max_running_requests:
+            self._kept[req.slot] = req.tokens[:req.cached]
+        else:
             self._free_slots.append(req.slot)
-            req.slot = None
+        req.slot = None
+
+    def _forget_kept(self) -> None:
+        self._free_slots.extend(self._kept)
+        self._kept.clear()
+
+    def _take_slot(self, req: _Running) -> int | None:
+        """A slot for a waiting request: the kept one holding the longest prefix of its tokens (its cache then
+        starts there), else a free one, else the least recently kept one; None when every slot runs."""
+        tokens, best, best_len = req.tokens, None, 0
+        for slot, held in self._kept.items():
+            if best_len < len(held) < len(tokens) and tokens[:len(held)] == held:
+                best, best_len = slot, len(held)
+        if best is not None:
+            del self._kept[best]
+            req.cached = best_len
+            self.stats["prefill_tokens_reused"] += best_len
+            return best
+        if self._free_slots:
+            return self._free_slots.pop()
+        if self._kept:
+            return self._kept.popitem(last=False)[0]
+        return None
 
     def _load_weights(self, path: str) -> None:
         from safetensors.torch import load_file
@@ -299,7 +339,7 @@ class LocalEngine:
                 own[name].copy_(tensor)
 
     def _finish(self, req: _Running, reason: str, message: str | None = None) -> None:
-        self._release(req)
+        self._release(req, keep=reason != "abort")
         if req in self._running:
             self._running.remove(req)
         if req in self._waiting:
@@ -316,26 +356,28 @@ class LocalEngine:
 
     def _step(self) -> None:
         # Admit waiting requests into free slots, oldest first.
-        while self._waiting and self._free_slots:
+        while self._waiting and len(self._running) < self.max_running_requests:
+            slot = self._take_slot(self._waiting[0])
+            if slot is None:
+                break
             req = self._waiting.popleft()
-            req.slot = self._free_slots.pop()
+            req.slot = slot
             self._running.append(req)
         need_prefill = [r for r in self._running if len(r.tokens) - r.cached > 1]
         decoding = [r for r in self._running if len(r.tokens) - r.cached == 1]
-        if need_prefill:
-            batch, budget = [], self.max_prefill_tokens
-            for req in need_prefill:
-                n = len(req.tokens) - req.cached
-                if batch and n > budget:
-                    break
-                batch.append(req)
-                budget -= n
-            self._forward_and_sample(batch)
-            self.stats["prefill_tokens"] += sum(len(r.tokens) for r in batch)
-        if decoding:
-            self._forward_and_sample(decoding)
-            self.stats["decode_tokens"] += len(decoding)
-        self.stats["steps"] += 1
+        batch, budget = [], self.max_prefill_tokens
+        for req in need_prefill:
+            n = len(req.tokens) - req.cached
+            if batch and n > budget:
+                break
+            batch.append(req)
+            budget -= n
+        # One forward for the step: prefills (up to the token budget) and a token for every decoding request.
+        self.stats["prefill_tokens"] += sum(len(r.tokens) for r in batch)
+        self.stats["decode_tokens"] += len(decoding)
+        if batch or decoding:
+            self._forward_and_sample(batch + decoding)
+            self.stats["steps"] += 1
 
     def _forward_and_sample(self, batch: list[_Running]) -> None:
         # Requests that start from an empty cache with the same tokens (the n samples of one prompt) are
