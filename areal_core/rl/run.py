@@ -44,7 +44,8 @@ class TrainingRun:
 
     def __init__(self, config: TrainConfig, run_dir: Path, task: Task, eval_task: Task | None,
                  trainer: TrainerBackend, engine: InferenceEngine, rewards: RewardService, logger: RunLogger,
-                 state: dict[str, Any], weights: Path, echo: Echo, *, resumed: bool, started: float) -> None:
+                 state: dict[str, Any], weights: Path, echo: Echo, *, resumed: bool, started: float,
+                 eval_workflow: WorkflowChoice | None) -> None:
         self.config, self.run_dir, self.task, self.eval_task = config, run_dir, task, eval_task
         self.trainer, self.engine, self.rewards, self.logger, self.echo = trainer, engine, rewards, logger, echo
         self.state = state                # step, elapsed_seconds, trajectories (+ the controller's, when resumed)
@@ -52,7 +53,7 @@ class TrainingRun:
         self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
-        self.eval_workflow = check_workflows(config, task, eval_task)
+        self.eval_workflow = eval_workflow  # chosen and checked before the run started (check_workflows)
         self.rollout = RolloutController(task, engine, rewards, trainer.tokenizer, config.rollout,
                                          on_trajectory=self._on_trajectory, reward_options=config.reward_options)
         if "controller" in state:
@@ -243,7 +244,7 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     task = get_task(config.task, config.data_dir)  # before anything is written: a missing plugin is named first
     eval_task = get_task(config.eval_task, config.data_dir) if config.eval_task else None
     warmup_task = get_task(config.warmup.task, config.data_dir) if config.warmup.task else task
-    check_workflows(config, task, eval_task)  # a workflow or tool that is not installed, or bad options, fail here
+    eval_workflow = check_workflows(config, task, eval_task)  # a workflow or tool not installed, bad options: here
     run_dir, checkpoint = open_run_dir(config, resume, echo)
     save_config(config, run_dir)
     echo(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{config_to_yaml(config)}")
@@ -268,7 +269,7 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
             engine = await stack.enter_async_context(start_engines(config.engine, target, run_dir))
             rewards = await stack.enter_async_context(RewardService(config.reward))
             run = TrainingRun(config, run_dir, task, eval_task, trainer, engine, rewards, logger, state, model_dir, echo,
-                              resumed=resume is not None, started=started)
+                              resumed=resume is not None, started=started, eval_workflow=eval_workflow)
             return await run.train()
     finally:
         logger.close()

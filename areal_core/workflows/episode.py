@@ -13,6 +13,7 @@ result, test feedback, the chat template's turn markers) is tokenised, and it is
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -97,7 +98,9 @@ LIMIT_OPTIONS = {"max_turns", "max_tool_calls", "max_total_tokens", "max_new_tok
 @dataclass(frozen=True)
 class EpisodeLimits:
     """Bounds on one episode. max_turns counts policy generations; max_total_tokens bounds prompt + output (each
-    generation asks for no more than is left); budget_s is wall-clock for the whole episode, tools included."""
+    generation asks for no more than is left); budget_s is wall-clock for the whole workflow: a generation or a
+    tool call still running at the budget is cut (its partial turn dropped) and the episode ends there, scored on
+    what it holds (the final reward is outside the budget, bounded by the reward's own timeout)."""
 
     max_turns: int = 8
     max_tool_calls: int = 8
@@ -124,7 +127,7 @@ class EpisodeLimits:
 
 
 ScoreFn = Callable[[str, dict[str, Any]], Awaitable[RewardResult]]
-ToolCaller = Callable[[str, str], Awaitable[Any]]
+ToolCaller = Callable[[str, str, float], Awaitable[Any]]
 
 
 class EpisodeContext:
@@ -141,12 +144,14 @@ class EpisodeContext:
         self._score, self._call_tool = score, call_tool
         self.started = time.monotonic()
         self.chat = task.spec.prompt.messages is not None
+        self.episode: Episode | None = None  # the newest from new_episode: what a budget cut keeps
 
     def new_episode(self) -> Episode:
         """An episode holding the sample's prompt (the task's template, rendered and tokenised)."""
         if self._prompt_ids is None:
             self._prompt_ids = self.task.prompt_token_ids(self.sample, self.tokenizer)
-        return Episode(prompt_ids=list(self._prompt_ids))
+        self.episode = Episode(prompt_ids=list(self._prompt_ids))
+        return self.episode
 
     def remaining_s(self) -> float | None:
         if self.limits.budget_s is None:
@@ -188,8 +193,17 @@ class EpisodeContext:
         params = dataclasses.replace(self.sampling, **changes) if changes else self.sampling
         rid = self.rid if turn == 0 else f"{self.rid}.t{turn}"
         ids = episode.prompt_ids + episode.tokens if episode.tokens else episode.prompt_ids
+        request, remaining = GenerateRequest(ids, params, rid=rid), self.remaining_s()
         try:
-            output = await self.engine.generate(GenerateRequest(ids, params, rid=rid))
+            if remaining is None:
+                output = await self.engine.generate(request)
+            else:  # cut at the budget: the engine aborts the request (cancelled), its partial turn is not kept
+                output = await asyncio.wait_for(self.engine.generate(request), max(0.001, remaining))
+        except asyncio.TimeoutError:
+            if remaining is None or (self.remaining_s() or 0) > 0:
+                raise  # not the budget's cut: the engine's own error
+            episode.ended_by = "budget"
+            return None
         except ContextLengthError:
             if not episode.tokens:
                 raise  # the prompt alone is too long: the sample's failure, as with one generation
@@ -226,8 +240,12 @@ class EpisodeContext:
         return await self._score(response, options)
 
     async def call_tool(self, name: str, arguments: str) -> Any:
-        """Run tool `name`: always a ToolResult, an error message when the call failed (never an exception)."""
-        return await self._call_tool(name, arguments)
+        """Run tool `name`: always a ToolResult, an error message when the call failed (never an exception). It
+        may run for tool_timeout_s, or what is left of the budget when that is less."""
+        timeout, remaining = self.limits.tool_timeout_s, self.remaining_s()
+        if remaining is not None:
+            timeout = max(0.001, min(timeout, remaining))
+        return await self._call_tool(name, arguments, timeout)
 
 
 def json_safe(value: Any) -> Any:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_core.engine.protocol import InferenceEngine, SamplingParams
-from areal_core.engine.protocol import EngineError, GenerateRequest
+from areal_core.engine.protocol import EngineError, GenerateRequest, InferenceEngine, SamplingParams
 from areal_core.errors import ConfigError
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest, RewardResult, Trajectory
@@ -130,10 +130,10 @@ class EpisodeRunner:
 
         ctx = EpisodeContext(sample=sample, task=self.task, engine=self.engine, tokenizer=self.tokenizer,
                              sampling=sampling, rid=rid, options=self.workflow.options, limits=self.limits,
-                             tools=self.workflow.tools, score=score, call_tool=self._tool_caller(lambda: ctx),
+                             tools=self.workflow.tools, score=score, call_tool=self._call_tool,
                              prompt_ids=self._prompt_ids(sample))
         try:
-            episode = await self.workflow.spec.run(ctx)
+            episode = await self._run_workflow(ctx)
             if not isinstance(episode, Episode):
                 raise TypeError(f"returned {type(episode).__name__}, expected an Episode")
         except EngineError:
@@ -143,9 +143,29 @@ class EpisodeRunner:
             episode = Episode(prompt_ids=[], ended_by="error", finish_reason="error")
             episode.reward = RewardResult.failure(f"workflow {self.workflow.name!r} failed: {type(exc).__name__}: {exc}")
             return episode
+        if episode.ended_by == "budget" and not episode.generations and episode.reward is None:
+            episode.reward = RewardResult.failure(f"budget_s={self.limits.budget_s:g} ran out before the episode's "
+                                                  "first policy turn ended")
         if episode.reward is None and episode.finish_reason != "abort":
             episode.reward = await score(episode.final_response(), {})
         return episode
+
+    async def _run_workflow(self, ctx: EpisodeContext) -> Any:
+        """The workflow's episode. With budget_s, whatever the workflow is still doing at the budget (a generation,
+        a tool, a wait of its own) is cancelled, and the episode it was building ends there with what it holds."""
+        run = self.workflow.spec.run(ctx)
+        if self.limits.budget_s is None:
+            return await run
+        try:
+            return await asyncio.wait_for(run, self.limits.budget_s)
+        except asyncio.TimeoutError:
+            if time.monotonic() - ctx.started < self.limits.budget_s:
+                raise  # the workflow's own timeout, not the budget: its failure
+            if ctx.episode is None:
+                raise TimeoutError(f"budget_s={self.limits.budget_s:g} ran out before the workflow began an "
+                                   "episode") from None
+            ctx.episode.ended_by = "budget"
+            return ctx.episode
 
     async def _single_generation(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
         """The built-in single_turn, without options, by the shortest path: one generation, scored; the episode
@@ -177,20 +197,13 @@ class EpisodeRunner:
             self._prompts[key] = ids
         return ids
 
-    def _tool_caller(self, context: Any):
-        async def call(name: str, arguments: str) -> ToolResult:
-            ctx: EpisodeContext = context()
-            tool = self.workflow.tools.get(name)
-            if tool is None:
-                known = ", ".join(sorted(self.workflow.tools)) or "none"
-                return ToolResult(error=f"unknown tool {name!r}; the tools are: {known}")
-            timeout = self.limits.tool_timeout_s
-            remaining = ctx.remaining_s()
-            if remaining is not None:
-                timeout = max(0.001, min(timeout, remaining))
-            return await run_tool(tool, arguments, timeout_s=timeout, max_output_chars=self.limits.max_tool_output_chars,
-                                  options=self.workflow.options.get("tool_options", {}).get(name, {}))
-        return call
+    async def _call_tool(self, name: str, arguments: str, timeout_s: float) -> ToolResult:
+        tool = self.workflow.tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self.workflow.tools)) or "none"
+            return ToolResult(error=f"unknown tool {name!r}; the tools are: {known}")
+        return await run_tool(tool, arguments, timeout_s=timeout_s, max_output_chars=self.limits.max_tool_output_chars,
+                              options=self.workflow.options.get("tool_options", {}).get(name, {}))
 
 
 def episode_trajectory(episode: Episode, *, trajectory_id: str, task: str, sample_id: str, group_id: str,

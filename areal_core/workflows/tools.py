@@ -17,6 +17,7 @@ import operator
 import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
@@ -247,6 +248,12 @@ def format_number(value: Fraction) -> str:
     return ("-" if value < 0 else "") + digits[:-places] + "." + digits[-places:]
 
 
+# What a model writes may be Python the compiler warns about ("12and 3": invalid decimal literal); the calculator
+# refuses it with an error result, so the warning would only be noise on the run's stderr.
+_CALCULATOR_SOURCE = "<calculator>"
+warnings.filterwarnings("ignore", category=SyntaxWarning, module=_CALCULATOR_SOURCE)
+
+
 def calculator(arguments: str, **options: Any) -> ToolResult:
     """Exact arithmetic on rationals (no `eval`): numbers, + - * / // % **, unary signs and parentheses."""
     expression = arguments.strip()
@@ -255,7 +262,8 @@ def calculator(arguments: str, **options: Any) -> ToolResult:
     if len(expression) > MAX_EXPRESSION_CHARS:
         return ToolResult(error=f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.replace("^", "**").replace("×", "*").replace("÷", "/"), mode="eval")
+        tree = ast.parse(expression.replace("^", "**").replace("×", "*").replace("÷", "/"), _CALCULATOR_SOURCE,
+                         mode="eval")
         return ToolResult(output=format_number(_evaluate(tree)))
     except (SyntaxError, CalculatorError, ValueError, ZeroDivisionError, OverflowError, RecursionError) as exc:
         message = exc.msg if isinstance(exc, SyntaxError) else str(exc) or type(exc).__name__

@@ -3,11 +3,13 @@ between turns and every token keeps its own version, a workflow that raises lose
 trainer trains on the policy's tokens only."""
 import asyncio
 import json
+import time
 
 import pytest
 import torch
 
 from areal_core.engine.local import LocalEngine
+from areal_core.engine.protocol import SamplingParams
 from areal_core.engine.model import init_model
 from areal_core.rewards import RewardService, RewardServiceConfig
 from areal_core.rl.config import RolloutConfig, TrainerConfig
@@ -15,6 +17,7 @@ from areal_core.rl.rollout import RolloutController, staleness_histogram
 from areal_core.rl.trainer import PPOLearner, build_microbatch
 from areal_core.tasks import Task, task_spec_from_dict
 from areal_core.types import RewardResult, Trajectory
+from areal_core.workflows import EpisodeRunner, choose_workflow
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +117,40 @@ def test_episode_limits_end_an_episode_where_it_stands(tmp_path, model_dirs, tes
             assert t.episode["generations"] == generations
         if "max_total_tokens" in options:
             assert len(t.prompt_token_ids) + len(t.output_token_ids) <= 20 + 14  # the last tool result may pass it
+
+
+def test_the_budget_cuts_a_stalled_generation_or_a_waiting_workflow_and_keeps_what_the_episode_holds(
+        tmp_path, model_dirs, testkit_in_process):
+    """At budget_s whatever is still running is cut: a generation on an engine that stopped answering (the
+    request is aborted, not left running), or a wait of the workflow's own. The episode ends there, scored on its
+    turns so far; one cut before any policy turn ended has nothing to train on and is a counted failure."""
+    async def episode_of(script, paused_from_start=False):
+        workflow = {"name": "scripted", "options": {"tools": ["naps"], "budget_s": 1.0, "script": script}}
+        task = _task(tmp_path, workflow)
+        async with LocalEngine(model_dirs[0], max_seq_len=256) as engine, \
+                RewardService(RewardServiceConfig(workers=1)) as rewards:
+            runner = EpisodeRunner(task, engine, engine.tokenizer, rewards, workflow=choose_workflow(task),
+                                   reward_options={}, max_new_tokens=4)
+            if paused_from_start:
+                await engine.pause()
+            started = time.monotonic()
+            episode = await asyncio.wait_for(runner.run(task.samples()[0], SamplingParams(max_new_tokens=4, seed=0),
+                                                        "b.0"), timeout=30)
+            elapsed = time.monotonic() - started
+            for _ in range(100):  # the cut request leaves the engine (its abort is handled on the engine's thread)
+                if engine.requests == 0:
+                    break
+                await asyncio.sleep(0.05)
+            return episode, elapsed, engine.requests
+
+    for script, roles in [(["tool:naps:0.01", "pause-engine"], ["assistant", "tool", "assistant"]), (["wait:60"], ["assistant"])]:
+        episode, elapsed, left = asyncio.run(episode_of(script))
+        assert episode.ended_by == "budget" and elapsed < 20, script
+        assert [turn["role"] for turn in episode.turns] == roles and left == 0
+        assert episode.reward is not None and episode.reward.error is None
+    episode, elapsed, left = asyncio.run(episode_of([], paused_from_start=True))
+    assert episode.ended_by == "budget" and episode.tokens == [] and left == 0
+    assert episode.reward.error == "budget_s=1 ran out before the episode's first policy turn ended"
 
 
 def test_the_loss_and_its_normaliser_count_the_policys_tokens_only(model_dirs):
