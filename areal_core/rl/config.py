@@ -42,9 +42,14 @@ class WarmupConfig:
     lr: float = 3e-3
     lr_warmup_steps: int = 50
     stop_at_accuracy: float | None = 0.2  # stop once this share of recent training batches is answered exactly
+    stop_window: int = 10             # "recent": the last this many training batches
     target_field: str = "reference"   # the sample field that is the ideal response (text, or a list of turns)
     task: str | None = None           # warm up on another task (e.g. a tool's call format on other problems)
     seed: int = 0
+
+    def validate(self) -> None:
+        if self.stop_window < 1:
+            raise ValueError(f"stop_window must be >= 1, got {self.stop_window}")
 
 
 @dataclass

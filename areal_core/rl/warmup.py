@@ -60,7 +60,7 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
     turns only); save to `output_dir`.
 
     Stops early when the exact-match accuracy of the teacher-forced training batches (every target token
-    the argmax: what greedy decoding would produce), averaged over the last 10 steps, reaches
+    the argmax: what greedy decoding would produce), averaged over the last `stop_window` steps, reaches
     `stop_at_accuracy`, so RL starts from a policy that is sometimes, not always, right."""
     from areal_core.engine.model import load_model, load_tokenizer
 
@@ -107,12 +107,16 @@ def supervised_warmup(model_path: str | Path, task: Task, config: WarmupConfig, 
         steps_done = step + 1
         if progress is not None:
             progress(step + 1, loss.item())
-        window = recent[-10:]
-        if config.stop_at_accuracy is not None and len(window) == 10 and sum(window) / 10 >= config.stop_at_accuracy:
+        window = recent[-config.stop_window:]
+        if config.stop_at_accuracy is not None and len(window) == config.stop_window and \
+                sum(window) / len(window) >= config.stop_at_accuracy:
             break
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     tokenizer.save_pretrained(output_dir)
-    (output_dir / "warmup.json").write_text(json.dumps({"steps": steps_done, "final_batch_accuracy": sum(recent[-10:]) / max(1, len(recent[-10:]))}))
+    window = recent[-config.stop_window:]
+    (output_dir / "warmup.json").write_text(json.dumps({
+        "steps": steps_done, "final_batch_accuracy": sum(window) / max(1, len(window)),
+        "batch_accuracy": [round(value, 4) for value in recent]}))  # per step: the warm-up's curve
     return output_dir
