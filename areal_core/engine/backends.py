@@ -72,7 +72,7 @@ def _servers(server_process: ServerStarter):
 
 def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
     threads = ["--torch-threads", str(config.torch_threads)] if config.torch_threads else []
-    kept = [] if config.prefix_cache_slots is None else ["--prefix-cache-slots", str(config.prefix_cache_slots)]
+    kept = ["--prefix-cache-slots", str(config.prefix_cache_slots)] if config.prefix_cache_slots else []
     return ServerProcess.areal(str(model), port, log_path=log, env=env,
                                extra_args=[*threads, *kept, "--max-running-requests", str(config.max_running_requests)])
 

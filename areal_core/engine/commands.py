@@ -42,11 +42,11 @@ def init_model_command(output_dir: Path, seed: int, num_hidden_layers: int | Non
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--torch-threads", type=click.IntRange(1), help="torch intra-op threads (1 when sharing a small CPU).")
 @click.option("--weight-version", default=0, show_default=True, help="Version tag of the initial weights.")
-@click.option("--prefix-cache-slots", type=click.IntRange(0),
-              help="Finished requests' caches kept for a next turn that extends them (default: --max-running-requests).")
+@click.option("--prefix-cache-slots", type=click.IntRange(0), default=0, show_default=True,
+              help="Slots beyond --max-running-requests that keep finished requests' caches for a next turn.")
 def serve_command(model_dir: Path, host: str, port: int, max_running_requests: int, max_seq_len: int | None,
                   device: str, dtype: str, torch_threads: int | None, weight_version: int,
-                  prefix_cache_slots: int | None) -> None:
+                  prefix_cache_slots: int) -> None:
     """Serve MODEL_DIR with the local engine over SGLang's native HTTP API (/generate, /pause_generation,
     /continue_generation, /update_weights_from_disk, /health, /model_info, /flush_cache)."""
     from areal_core.engine.server import serve

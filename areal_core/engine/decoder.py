@@ -67,6 +67,8 @@ class SlottedDecoder:
         offsets = torch.arange(T, device=device)
         positions = start[:, None] + offsets[None, :]                       # [B, T]
         valid = offsets[None, :] < lengths[:, None]                          # [B, T]
+        if int(lengths.min()) < 1:
+            raise ModelError("every row of a forward needs at least one new token")
         if int((start + lengths).max()) > self.max_len:
             raise ModelError(f"sequence longer than the engine's max length {self.max_len}")
         key_len = int((start + lengths).max())

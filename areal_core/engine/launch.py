@@ -42,9 +42,9 @@ class EngineConfig:
     launch_args: list[str] = field(default_factory=list)  # sglang: extra launch_server arguments
     torch_threads: int | None = 1     # of each engine (None: torch's default); 1 when sharing a small CPU
     max_running_requests: int = 256
-    # local, server: finished requests' keys/values kept for a next turn that extends them (multi-turn episodes
-    # prefill only the new text); None: as many as max_running_requests, 0: none
-    prefix_cache_slots: int | None = None
+    # local, server: a finished request's keys/values stay in its idle slot for a next turn that extends them
+    # (a multi-turn episode prefills only its new text); this adds slots beyond max_running_requests for them
+    prefix_cache_slots: int = 0
     startup_timeout: float = 300.0
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
 
@@ -54,7 +54,7 @@ class EngineConfig:
         check_backend("engine", self.backend)
         if self.servers < 1:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
-        if self.prefix_cache_slots is not None and self.prefix_cache_slots < 0:
+        if self.prefix_cache_slots < 0:
             raise ValueError(f"prefix_cache_slots must be >= 0, got {self.prefix_cache_slots}")
 
 

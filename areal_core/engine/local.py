@@ -10,10 +10,10 @@ A weight update drops every request's KV cache (it was computed with the old wei
 tokens; the next step recomputes the cache from prompt + tokens so far with the new weights and
 generation continues. Each token records the version of the weights that produced it.
 
-A finished request's keys/values stay in its slot (up to `prefix_cache_slots` beyond the running ones,
-least recently finished evicted first): a request whose tokens extend them (the next turn of a multi-turn
-episode: the same prompt and output, then a tool result) takes the slot over and prefills only what is
-new, as SGLang's radix cache does for a shared prefix.
+A finished request's keys/values stay in its slot while no other request needs it (least recently
+finished given up first; `prefix_cache_slots` adds slots beyond the running ones for that): a request whose
+tokens extend them (the next turn of a multi-turn episode: the same prompt and output, then a tool result)
+takes the slot over and prefills only what is new, as SGLang's radix cache does for a shared prefix.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class LocalEngine:
     def __init__(self, model_path: str | Path, *, max_running_requests: int = 64, max_seq_len: int | None = None,
                  device: str = "cpu", dtype: str = "float32", weight_version: int = 0, seed: int = 0,
                  max_prefill_tokens: int = 8192, torch_threads: int | None = None,
-                 prefix_cache_slots: int | None = None) -> None:
+                 prefix_cache_slots: int = 0) -> None:
         self.model_path = str(model_path)
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -83,7 +83,7 @@ class LocalEngine:
         limit = int(getattr(self.model.config, "max_position_embeddings", 4096))
         self.max_seq_len = min(max_seq_len or limit, limit)
         self.max_running_requests = max_running_requests
-        kept = max_running_requests if prefix_cache_slots is None else prefix_cache_slots
+        kept = prefix_cache_slots  # slots beyond the running ones, only ever holding finished requests' caches
         if kept < 0:
             raise ValueError(f"prefix_cache_slots must be >= 0, got {prefix_cache_slots}")
         self.decoder = SlottedDecoder(self.model, max_running_requests + kept, self.max_seq_len)
@@ -287,7 +287,7 @@ class LocalEngine:
         """Give the request's slot back; with `keep`, its keys/values stay for a request that extends them."""
         if req.slot is None:
             return
-        if keep and req.cached and self.decoder.slots > self.max_running_requests:
+        if keep and req.cached:
             self._kept[req.slot] = req.tokens[:req.cached]
         else:
             self._free_slots.append(req.slot)

@@ -164,7 +164,9 @@ class EpisodeRunner:
             if ctx.episode is None:
                 raise TimeoutError(f"budget_s={self.limits.budget_s:g} ran out before the workflow began an "
                                    "episode") from None
-            ctx.episode.ended_by = "budget"
+            # A reward the workflow set scored an earlier turn (feedback: the attempt before the cut): the
+            # runner scores the episode's last policy turn instead.
+            ctx.episode.ended_by, ctx.episode.reward, ctx.episode.response = "budget", None, None
             return ctx.episode
 
     async def _single_generation(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:

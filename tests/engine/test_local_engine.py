@@ -97,14 +97,18 @@ def test_samples_of_one_prompt_share_its_prefill_and_match_requests_run_alone(ti
 
 def test_a_next_turn_prefills_only_its_new_tokens_and_samples_what_a_cold_engine_samples(tiny_model, tiny_model_v1):
     """Turn 2 of an episode is turn 1's prompt and output plus new text: its keys/values up to there are taken
-    from turn 1's slot, not computed again; the tokens and log-probs equal an engine that keeps nothing. After a
-    weight update nothing kept is reused (it was computed with the old weights)."""
+    from turn 1's slot (idle since turn 1 ended), not computed again; the tokens and log-probs equal those of an
+    engine whose cache was flushed between the turns. After a weight update nothing kept is reused (it was
+    computed with the old weights)."""
     prompt, tool = [6, 7, 8, 77, 9, 10, 11, 85], [30, 31, 32]
     first, second = (SamplingParams(max_new_tokens=n, temperature=1.0, seed=n, ignore_eos=True) for n in (7, 9))
 
-    async def episode(kept):
-        async with LocalEngine(tiny_model, max_running_requests=2, prefix_cache_slots=kept, torch_threads=1) as engine:
+    async def episode(flush, extra):
+        async with LocalEngine(tiny_model, max_running_requests=2, prefix_cache_slots=extra, torch_threads=1) as engine:
             turn1 = await engine.generate(GenerateRequest(prompt, first))
+            if flush:
+                await engine.flush_cache()
+            await engine.generate(GenerateRequest([40, 41], first))  # unrelated: takes the free slot, turn 1's kept
             before = engine.stats["prefill_tokens_reused"]
             turn2 = await engine.generate(GenerateRequest(prompt + turn1.output_ids + tool, second))
             reused = engine.stats["prefill_tokens_reused"] - before
@@ -112,12 +116,34 @@ def test_a_next_turn_prefills_only_its_new_tokens_and_samples_what_a_cold_engine
             await engine.generate(GenerateRequest(prompt + turn1.output_ids + tool + turn2.output_ids, second))
             return turn1, turn2, reused, engine.stats["prefill_tokens_reused"] - before - reused
 
-    turn1, turn2, reused, after_update = asyncio.run(episode(kept=4))
-    cold1, cold2, cold_reused, _ = asyncio.run(episode(kept=0))
-    assert reused == len(prompt) + len(turn1.output_ids) - 1 and after_update == 0  # its last token was never fed
+    cold1, cold2, cold_reused, _ = asyncio.run(episode(flush=True, extra=0))
     assert cold_reused == 0
-    assert (turn1.output_ids, turn2.output_ids) == (cold1.output_ids, cold2.output_ids)
-    assert torch.allclose(torch.tensor(turn2.output_logprobs), torch.tensor(cold2.output_logprobs), atol=LOGPROB_TOLERANCE)
+    for extra in (0, 3):
+        turn1, turn2, reused, after_update = asyncio.run(episode(flush=False, extra=extra))
+        assert reused == len(prompt) + len(turn1.output_ids) - 1 and after_update == 0  # its last token never fed
+        assert (turn1.output_ids, turn2.output_ids) == (cold1.output_ids, cold2.output_ids)
+        assert torch.allclose(torch.tensor(turn2.output_logprobs), torch.tensor(cold2.output_logprobs),
+                              atol=LOGPROB_TOLERANCE)
+
+
+def test_kept_caches_give_way_to_new_requests_least_recently_finished_first(tiny_model):
+    """Every slot idle but holding a finished request's cache: new requests take the oldest first, and one
+    that extends a cache still kept reuses it."""
+    params = SamplingParams(max_new_tokens=3, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        async with LocalEngine(tiny_model, max_running_requests=2, torch_threads=1) as engine:
+            a = await engine.generate(GenerateRequest([6, 7, 8], params))
+            b = await engine.generate(GenerateRequest([9, 10, 11], params))  # both slots now hold a cache
+            await engine.generate(GenerateRequest([12, 13], params))          # takes a's slot (the oldest)
+            before = engine.stats["prefill_tokens_reused"]
+            await engine.generate(GenerateRequest([9, 10, 11] + b.output_ids + [5], params))
+            reused_b = engine.stats["prefill_tokens_reused"] - before
+            await engine.generate(GenerateRequest([6, 7, 8] + a.output_ids + [5], params))
+            return reused_b, engine.stats["prefill_tokens_reused"] - before - reused_b
+
+    reused_b, reused_a = asyncio.run(run())
+    assert reused_b == 3 + 3 - 1 and reused_a == 0
 
 
 def test_seeded_sampling_is_reproducible_and_greedy_is_deterministic(tiny_model):

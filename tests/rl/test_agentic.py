@@ -143,11 +143,14 @@ def test_the_budget_cuts_a_stalled_generation_or_a_waiting_workflow_and_keeps_wh
                 await asyncio.sleep(0.05)
             return episode, elapsed, engine.requests
 
-    for script, roles in [(["tool:naps:0.01", "pause-engine"], ["assistant", "tool", "assistant"]), (["wait:60"], ["assistant"])]:
+    for script, roles in [(["tool:naps:0.01", "pause-engine"], ["assistant", "tool", "assistant"]),
+                          (["wait:60"], ["assistant"]),
+                          (["score", "wait:60"], ["assistant", "assistant"])]:
         episode, elapsed, left = asyncio.run(episode_of(script))
         assert episode.ended_by == "budget" and elapsed < 20, script
         assert [turn["role"] for turn in episode.turns] == roles and left == 0
         assert episode.reward is not None and episode.reward.error is None
+        assert episode.final_response() == episode.last_policy_text()  # scored on its last turn, not an earlier one
     episode, elapsed, left = asyncio.run(episode_of([], paused_from_start=True))
     assert episode.ended_by == "budget" and episode.tokens == [] and left == 0
     assert episode.reward.error == "budget_s=1 ran out before the episode's first policy turn ended"
