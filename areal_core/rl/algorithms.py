@@ -4,6 +4,7 @@ Notation: B sequences, T response tokens (right-padded), `mask` [B, T] marks rea
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -58,9 +59,15 @@ class PPOStats:
     loss: float
     clip_fraction: float
     behav_weight_mean: float
-    behav_capped_fraction: float
+    behav_capped_fraction: float      # of the response tokens
     approx_kl: float
-    tokens: int
+    tokens: int                       # response tokens in the loss (after the cap's masking)
+    response_tokens: int = 0          # response tokens given (the mask before the cap)
+    capped_tokens: int = 0            # of them, over the cap (masked or capped)
+
+
+# Beyond e^20 (~5e8) a behaviour weight only says the behaviour policy could (almost) not have sampled the token.
+MAX_LOG_WEIGHT = 20.0
 
 
 def decoupled_ppo_loss(logprobs: torch.Tensor, prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor,
@@ -68,12 +75,16 @@ def decoupled_ppo_loss(logprobs: torch.Tensor, prox_logprobs: torch.Tensor, beha
                        eps_clip_high: float | None = None, behav_cap: float | None = 5.0,
                        behav_cap_mode: Literal["mask", "cap"] = "mask",
                        aggregation: Literal["token", "sequence"] = "token",
-                       normaliser: float | None = None) -> tuple[torch.Tensor, PPOStats]:
+                       normaliser: float | None = None, dual_clip: float | None = None) -> tuple[torch.Tensor, PPOStats]:
     """logprobs / prox_logprobs / behav_logprobs / mask [B, T]; advantages [B] or [B, T].
 
     aggregation "token": sum over all real tokens / (normaliser or their count);
     "sequence": mean over each sequence's tokens, then mean over sequences.
+    Either way a token the cap masks out stays in the denominator (the mask as given, not as capped), so
+    masking one token never raises the weight of the others.
     """
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     mask = mask.float()
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
@@ -81,31 +92,56 @@ def decoupled_ppo_loss(logprobs: torch.Tensor, prox_logprobs: torch.Tensor, beha
     ratio = torch.exp(logprobs - prox_logprobs)
     clipped = torch.clamp(ratio, 1.0 - eps_clip, 1.0 + eps_high)
     objective = torch.minimum(ratio * advantages, clipped * advantages)
-    behav_weight = torch.exp(prox_logprobs - behav_logprobs).detach()
+    if dual_clip is not None:
+        # Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"): with A < 0 the
+        # clipped objective is unbounded below as r grows; max(., c A) bounds it.
+        objective = torch.where(advantages < 0, torch.maximum(objective, dual_clip * advantages), objective)
+    # log w, bounded before exp: a behaviour log-prob of -inf (SGLang's for a token outside its kept set, or
+    # float32's most negative number) would give w = inf and inf * 0 = NaN under the mask. Positions outside
+    # the mask (padding, tool output) hold whatever they hold: their w is 1, then masked.
+    response = mask > 0
+    log_weight = torch.where(response, (prox_logprobs - behav_logprobs).detach(), torch.zeros_like(mask))
+    log_weight = torch.nan_to_num(log_weight, nan=0.0, posinf=MAX_LOG_WEIGHT, neginf=-MAX_LOG_WEIGHT)
+    log_weight = log_weight.clamp(-MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)
+    behav_weight = torch.exp(log_weight)
+    response_tokens = int(response.sum())
     capped = torch.zeros_like(mask)
     if behav_cap is not None:
-        over = (behav_weight > behav_cap).float() * mask
+        over = ((log_weight > math.log(behav_cap)) & response).float()
         capped = over
         if behav_cap_mode == "mask":
             mask = mask * (1.0 - over)
         else:
             behav_weight = torch.clamp(behav_weight, max=behav_cap)
-    per_token = -behav_weight * objective * mask
+    per_token = torch.where(mask > 0, -behav_weight * objective * mask, torch.zeros_like(mask))
     if aggregation == "token":
         loss = per_token.sum() / (normaliser if normaliser is not None else mask.sum().clamp(min=1.0))
     else:
-        loss = (per_token.sum(1) / mask.sum(1).clamp(min=1.0)).mean()
+        loss = (per_token.sum(1) / response.float().sum(1).clamp(min=1.0)).mean()
     with torch.no_grad():
         n = mask.sum().clamp(min=1.0)
         stats = PPOStats(
             loss=float(loss),
             clip_fraction=float(((ratio - clipped).abs() > 1e-8).float().mul(mask).sum() / n),
             behav_weight_mean=float((behav_weight * mask).sum() / n),
-            behav_capped_fraction=float(capped.sum() / max(float(capped.numel()), 1.0)),
+            behav_capped_fraction=float(capped.sum()) / max(response_tokens, 1),
             approx_kl=float(((prox_logprobs - logprobs) * mask).sum() / n),
             tokens=int(mask.sum()),
+            response_tokens=response_tokens,
+            capped_tokens=int(capped.sum()),
         )
     return loss, stats
+
+
+def aggregate_tokens(values: torch.Tensor, mask: torch.Tensor, aggregation: Literal["token", "sequence"],
+                     tokens: float, sequences: int) -> torch.Tensor:
+    """A micro-batch's share of its minibatch's mean of per-token `values` [n, L] under `mask`, by the PPO term's
+    rule (the KL penalty and the entropy bonus use it too): "token": the sum / the minibatch's `tokens`;
+    "sequence": each sequence's mean, summed / the minibatch's `sequences`."""
+    masked = values * mask
+    if aggregation == "token":
+        return masked.sum() / max(tokens, 1.0)
+    return (masked.sum(1) / mask.sum(1).clamp(min=1.0)).sum() / max(sequences, 1)
 
 
 # -- staleness control ----------------------------------------------------------------------------

@@ -98,7 +98,12 @@ class TrainerConfig:
     eps_clip_high: float | None = None  # None: same as eps_clip
     behav_cap: float | None = 5.0       # cap on pi_prox / pi_behav (None: off)
     behav_cap_mode: Literal["mask", "cap"] = "mask"
-    aggregation: Literal["token", "sequence"] = "token"
+    dual_clip: float | None = None      # c > 1: the objective of a negative advantage is at least c x A (None: off)
+    # token: the minibatch's token mean; sequence: each sequence's token mean, then their mean; constant: Dr.
+    # GRPO's sum / (sequences x aggregation_tokens) (Liu et al. 2025: no length bias; with advantage=dr_grpo).
+    # The PPO term, the KL penalty and the entropy bonus all follow it; a token the cap masks still counts.
+    aggregation: Literal["token", "sequence", "constant"] = "token"
+    aggregation_tokens: int | None = None  # L_max of constant: the longest response, e.g. rollout.max_new_tokens
     kl_coef: float = 0.0                # KL(pi_theta || pi_ref) penalty (k3 estimator); 0: no reference model
     entropy_coef: float = 0.0           # entropy bonus: loss -= entropy_coef x mean token entropy (against collapse)
     ppo_minibatches: int = 2            # optimizer steps per batch (each on a random share of the batch; on
@@ -133,6 +138,12 @@ class TrainerConfig:
 
     def validate(self) -> None:
         check_backend("trainer", self.backend)
+        if self.aggregation == "constant" and (self.aggregation_tokens is None or self.aggregation_tokens < 1):
+            raise ValueError("aggregation=constant needs aggregation_tokens >= 1 (Dr. GRPO's constant length L_max, "
+                             f"e.g. rollout.max_new_tokens), got {self.aggregation_tokens}")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"dual_clip must be > 1 (it bounds a negative advantage's objective at c x A), "
+                             f"got {self.dual_clip}")
 
 
 @dataclass

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from areal_core.files import atomic_directory, atomic_write
 from areal_core.rl.checkpoint import check_model_keys, read_checkpoint, write_checkpoint, write_model_files
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.trainer import DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state
+from areal_core.rl.trainer import DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state, trains_differently
 
 # What FSDPTrainer puts in the environment of the torchrun it starts. Ranks started by hand on other nodes
 # lack them, which is how a rank knows whether it shares the controller's machine.
@@ -213,7 +213,9 @@ class Rank:
         spec, config = self.spec, self.config
         mesh = init_device_mesh(self.device.type, (self.world,))
         self.tokenizer = load_tokenizer(spec.model_path)
-        model = shard_model(load_model(spec.model_path, dtype=config.dtype, device=str(self.device)).train(), mesh)
+        model = load_model(spec.model_path, dtype=config.dtype, device=str(self.device)).train()
+        train_mode_differs = trains_differently(model)
+        model = shard_model(model, mesh)
         reference = None
         if config.kl_coef > 0:
             reference = load_model(spec.model_path, dtype=config.dtype, device=str(self.device))
@@ -221,7 +223,7 @@ class Rank:
             reference = shard_model(reference, mesh)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
-                                  DataParallel(self.rank, self.world, self.device))
+                                  DataParallel(self.rank, self.world, self.device), train_mode_differs)
         # Nodes load at their own pace; the request channel's short timeout starts only once all are done.
         dist.barrier(group=self.control)
 

@@ -20,6 +20,7 @@ from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
     PPOStats,
+    aggregate_tokens,
     balance_microbatches,
     decoupled_ppo_loss,
     group_advantages,
@@ -98,13 +99,30 @@ def train_step(trainer: TrainerBackend, trajectories: Sequence[Trajectory], temp
     return {**metrics, "train_seconds": time.perf_counter() - started}
 
 
-def has_dropout(model: torch.nn.Module) -> bool:
-    """Whether the model behaves differently in train mode: a dropout module or config setting above 0."""
+def trains_differently(model: torch.nn.Module) -> bool:
+    """Whether the model's train-mode forward is another function than its eval-mode one: dropout (a module or a
+    config setting above 0), or any other train-mode randomness (router jitter, stochastic depth, a plugin's
+    noise), found by running one short input both ways. The model's mode and the random state are kept."""
     settings = getattr(getattr(model, "config", None), "to_dict", dict)()
-    if any(("dropout" in key or "pdrop" in key) and isinstance(value, (int, float)) and not isinstance(value, bool)
-           and value > 0 for key, value in settings.items()):
+    if any(any(word in key for word in ("dropout", "pdrop", "jitter", "drop_path", "layerdrop"))
+           and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+           for key, value in settings.items()):
         return True
-    return any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in model.modules())
+    if any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in model.modules()):
+        return True
+    param = next(model.parameters())
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 2))
+    probe = (torch.arange(1, 17, device=param.device) % max(vocab, 2))[None]
+    training = model.training
+    with torch.random.fork_rng(devices=[param.device] if param.device.type == "cuda" else []), torch.no_grad():
+        try:
+            outputs = []
+            for mode in (True, False):
+                model.train(mode)
+                outputs.append(model(input_ids=probe).logits.float())
+        finally:
+            model.train(training)
+    return not torch.allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
 
 
 def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: torch.Tensor,
@@ -360,7 +378,8 @@ class PPOLearner:
     a sharded model. The step's arithmetic is the same, so both reach the same weights on the same data."""
 
     def __init__(self, model: torch.nn.Module, reference: torch.nn.Module | None, config: TrainerConfig,
-                 total_steps: int, version: int, pad_id: int, dp: DataParallel | None = None) -> None:
+                 total_steps: int, version: int, pad_id: int, dp: DataParallel | None = None,
+                 train_mode_differs: bool | None = None) -> None:
         self.model, self.reference, self.config, self.version, self.pad_id = model, reference, config, version, pad_id
         self.dp = dp or DataParallel(device=torch.device(config.device))
         self.device = self.dp.device
@@ -370,8 +389,11 @@ class PPOLearner:
             self.optimizer, lambda step: lr_factor(step, config, total_steps))
         # The first minibatch's training forward runs on the very weights pi_prox is taken from (nothing
         # has been updated yet), so its detached log-probs are pi_prox and its no-grad pass is skipped:
-        # with 2 minibatches a quarter of the step's forward work. Not with dropout (train and eval differ).
-        self.prox_from_first_forward = not has_dropout(model)
+        # with 2 minibatches a quarter of the step's forward work. Not when the train and eval forwards differ
+        # (dropout, router jitter: trains_differently).
+        # (FSDP asks before sharding: the probe's forward on a sharded model is not one FSDP expects.)
+        self.prox_from_first_forward = not (trains_differently(model) if train_mode_differs is None
+                                            else train_mode_differs)
         self.share_prompts = config.share_prompts and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
 
     def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None, temperature: float,
@@ -382,27 +404,25 @@ class PPOLearner:
         logprobs, entropy = microbatch_logprobs(self.model, mb, temperature, entropy_grad=config.entropy_coef != 0)
         if prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
             prox = logprobs.detach()
+        # constant (Dr. GRPO) is a token sum over a fixed count: sequences x L_max instead of the tokens there are.
+        mode = "sequence" if config.aggregation == "sequence" else "token"
+        tokens = mini_sequences * config.aggregation_tokens if config.aggregation == "constant" else mini_tokens
         loss, stats = decoupled_ppo_loss(
             logprobs, prox, mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
             eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
-            behav_cap_mode=config.behav_cap_mode, aggregation=config.aggregation,
-            normaliser=mini_tokens if config.aggregation == "token" else None)
-        if config.aggregation == "sequence":
+            behav_cap_mode=config.behav_cap_mode, aggregation=mode, dual_clip=config.dual_clip,
+            normaliser=tokens if mode == "token" else None)
+        if mode == "sequence":
             loss = loss * len(mb.indices) / mini_sequences
         kl_value = 0.0
         if ref is not None:
             # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
             delta = ref - logprobs
-            kl = ((torch.exp(delta) - delta - 1.0) * mb.response).sum() / mini_tokens
+            kl = aggregate_tokens(torch.exp(delta) - delta - 1.0, mb.response, mode, tokens, mini_sequences)
             loss = loss + config.kl_coef * kl
             kl_value = kl.item()
         if config.entropy_coef:
-            # Same aggregation as the PPO term: token sum over the minibatch's tokens, or per-sequence means.
-            token_entropy = entropy * mb.response
-            if config.aggregation == "token":
-                bonus = token_entropy.sum() / mini_tokens
-            else:
-                bonus = (token_entropy.sum(1) / mb.response.sum(1).clamp(min=1.0)).sum() / mini_sequences
+            bonus = aggregate_tokens(entropy, mb.response, mode, tokens, mini_sequences)
             loss = loss - config.entropy_coef * bonus
         return loss, stats, entropy.detach(), kl_value
 
@@ -452,6 +472,9 @@ class PPOLearner:
         # pi_prox stays the policy at the start of the step, so later minibatches see ratios != 1 and the
         # clipping applies.
         n_mini = len(plan)
+        # Nothing to learn (every advantage 0, no KL or entropy term): no gradient, but AdamW's momentum and
+        # weight decay would still move the weights. The step is skipped; the version still advances.
+        skip = not bool(advantages.any()) and not config.kl_coef and not config.entropy_coef
         for m, members in enumerate(plan):
             # Normalisers count the whole minibatch (all ranks' micro-batches), so each rank's losses are its
             # share of the one minibatch loss.
@@ -471,10 +494,11 @@ class PPOLearner:
                 weight = stats.tokens / max(total_tokens, 1.0)
                 for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
                     sums[key] += getattr(stats, key) * weight
-                sums["behav_capped_fraction"] += stats.behav_capped_fraction * len(mb.indices) / len(trajectories)
+                sums["behav_capped_fraction"] += stats.capped_tokens / max(total_tokens, 1.0)  # of the policy's tokens
                 sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
             grad_norms.append(clip_gradients(self.model, config.grad_clip))
-            self.optimizer.step()
+            if not skip:
+                self.optimizer.step()
         self.scheduler.step()
         self.version += 1
         sums = dict(zip(keys, dp.sum([sums[key] for key in keys])))
@@ -489,7 +513,7 @@ class PPOLearner:
             "reward_mean": sum(t.reward.score for t in trajectories) / len(trajectories),
             "mixed_group_fraction": sum(mixed) / len(mixed),
             "sequences": len(trajectories), "response_tokens": total_tokens,
-            "microbatches": len(groups), "minibatches": n_mini,
+            "microbatches": len(groups), "minibatches": n_mini, "optimizer_skipped": float(skip),
             "padding_fraction": padding_fraction(batch.lengths, groups),
             # forward/backward passes per data-parallel rank (equal on every rank, or the collectives would hang)
             "rank_microbatches_min": rank_min, "rank_microbatches_max": rank_max,

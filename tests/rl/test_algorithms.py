@@ -131,3 +131,56 @@ def test_balanced_microbatches_give_every_rank_the_same_count():
     ranks = balance_microbatches(bins, lengths, 2)
     assert len(ranks[0]) == len(ranks[1])
     assert sorted(i for r in ranks for mb in r for i in mb) == list(range(len(lengths)))
+
+
+@pytest.mark.parametrize("mode", ["mask", "cap"])
+@pytest.mark.parametrize("behav_cap", [5.0, None])
+def test_a_behaviour_logprob_of_minus_infinity_gives_no_nan(mode, behav_cap):
+    """SGLang returns -inf (or float32's most negative number) for a token outside its kept set; a padding
+    position may hold anything. Neither may reach the loss or the gradient as NaN (exp(+inf) * 0)."""
+    lp = torch.tensor([[math.log(0.5), math.log(0.4), math.log(0.3), 0.0]], requires_grad=True)
+    prox = torch.tensor([[math.log(0.5), math.log(0.4), math.log(0.3), 0.0]])
+    behav = torch.tensor([[math.log(0.5), -math.inf, torch.finfo(torch.float32).min, -math.inf]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last position is padding
+    loss, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=behav_cap,
+                                     behav_cap_mode=mode)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
+    assert math.isfinite(stats.behav_weight_mean)
+    if behav_cap is not None and mode == "mask":  # the two impossible tokens are masked; the first one counts
+        assert loss.item() == pytest.approx(-1.0) and stats.tokens == 1
+
+
+def test_the_capped_fraction_counts_response_tokens_only():
+    """1 of 4 response tokens over the cap, in a row padded to 8: a quarter of the tokens, not an eighth."""
+    lp = prox = torch.zeros(1, 8)
+    behav = torch.tensor([[0.0, 0.0, -5.0, 0.0, 0.0, 0.0, 0.0, 0.0]])  # w = e^5 > 5 on the third token
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    _, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0)
+    assert stats.behav_capped_fraction == pytest.approx(0.25)
+    assert (stats.capped_tokens, stats.response_tokens, stats.tokens) == (1, 4, 3)
+
+
+def test_a_masked_token_counts_in_its_sequences_denominator_as_in_the_tokens():
+    """The cap masks a token out of the loss in both aggregations; it stays in the denominator of both (token:
+    the minibatch's tokens; sequence: its sequence's tokens), so masking never raises the other tokens' weight."""
+    lp = prox = torch.zeros(1, 4)
+    behav = torch.tensor([[0.0, 0.0, -5.0, 0.0]])  # the third token's w = e^5 > 5: masked
+    mask = torch.ones(1, 4)
+    token, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0, normaliser=4.0)
+    seq, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0, aggregation="sequence")
+    assert token.item() == pytest.approx(-3 / 4) and seq.item() == pytest.approx(-3 / 4)
+
+
+def test_dual_clip_bounds_the_objective_of_a_negative_advantage():
+    """r = 5 on a token with A = -1: PPO's min(r A, clip(r) A) = -5, unbounded as r grows; dual-clip c = 3
+    bounds it at c A = -3 (Ye et al. 2020). Positive advantages are untouched."""
+    lp = torch.tensor([[math.log(0.5), math.log(0.5)]])
+    prox = torch.tensor([[math.log(0.1), math.log(0.1)]])
+    plain, _ = decoupled_ppo_loss(lp, prox, prox, torch.tensor([-1.0]), torch.ones(1, 2))
+    dual, _ = decoupled_ppo_loss(lp, prox, prox, torch.tensor([-1.0]), torch.ones(1, 2), dual_clip=3.0)
+    positive, _ = decoupled_ppo_loss(lp, prox, prox, torch.tensor([1.0]), torch.ones(1, 2), dual_clip=3.0)
+    assert plain.item() == pytest.approx(5.0) and dual.item() == pytest.approx(3.0)
+    assert positive.item() == pytest.approx(-1.2)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        decoupled_ppo_loss(lp, prox, prox, torch.tensor([-1.0]), torch.ones(1, 2), dual_clip=1.0)

@@ -10,7 +10,7 @@ import torch
 
 from areal_core.engine.model import init_model
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.trainer import LocalTrainer, train_step
+from areal_core.rl.trainer import LocalTrainer, train_step, trains_differently
 from trainer_support import TEST_MODEL, make_batch
 
 
@@ -43,3 +43,20 @@ def test_a_model_with_dropout_recomputes_prox_in_eval_mode(model_dir, tmp_path):
         if path.name != "config.json":
             (tmp_path / path.name).write_bytes(path.read_bytes())
     assert not LocalTrainer(tmp_path, TrainerConfig(), 10).learner.prox_from_first_forward
+
+
+def test_any_train_mode_randomness_recomputes_prox_in_eval_mode(model_dir):
+    """Train-mode randomness the config does not name (router jitter, stochastic depth, a plugin's noise) makes
+    the training forward another policy than the eval one: the shortcut must be off for it too."""
+    trainer = LocalTrainer(model_dir, TrainerConfig(), 10)
+    assert trainer.learner.prox_from_first_forward
+
+    def jitter(module, args, output):  # noise in train mode only, as MoE router jitter
+        return output + 0.01 * torch.randn_like(output) if module.training else output
+
+    trainer.model.model.layers[0].mlp.register_forward_hook(jitter)
+    for training in (True, False):  # the probe leaves the model's mode and the random state as they were
+        trainer.model.train(training)
+        state = torch.get_rng_state()
+        assert trains_differently(trainer.model)
+        assert trainer.model.training is training and torch.equal(torch.get_rng_state(), state)
