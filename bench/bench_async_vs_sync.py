@@ -72,7 +72,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
         output = args.output or Path(tmp)
-        runs = {mode: train(mode, output, args.steps, args.every, [f"seed={args.seed}", *args.overrides])
+        runs = {mode: train(mode, output, args.steps, args.every, [*training_runs.seed_overrides(args.seed),
+                                                                   *args.overrides])
                 for mode in ("sync", "async")}
         results = {}
         for mode, run_dir in runs.items():

@@ -49,7 +49,7 @@ def latency_options(args: argparse.Namespace, seed: int) -> dict[str, float]:
 def train(mode: str, eta: int, backend: str, broker: str | None, seed: int, output: Path,
           args: argparse.Namespace) -> Path:
     overrides = [f"task={TASK}", "eval_task=null", f"steps={args.steps}", f"keep_policy_every={args.every}",
-                 "checkpoint_every=0", f"seed={seed}", f"rollout.max_new_tokens={MAX_NEW_TOKENS}",
+                 "checkpoint_every=0", *training_runs.seed_overrides(seed), f"rollout.max_new_tokens={MAX_NEW_TOKENS}",
                  *(f"reward_options.{k}={v}" for k, v in latency_options(args, seed).items())]
     if backend == "celery":
         overrides += ["reward.backend=celery", f"reward.broker_url={broker}", f"reward.queue={QUEUE}"]

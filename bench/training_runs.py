@@ -9,6 +9,13 @@ from pathlib import Path
 from typing import Any
 
 
+def seed_overrides(seed: int) -> list[str]:
+    """Every seed of a run set to `seed`: the trainer's (seed), the prompt order and sampling (rollout.seed), the
+    embedded model's initialisation and the warm-up's batches. Varying `seed=` alone trains on the same prompts
+    in the same order, sampled the same way."""
+    return [f"seed={seed}", f"rollout.seed={seed}", f"model.seed={seed}", f"warmup.seed={seed}"]
+
+
 def train(name: str, output_dir: Path, overrides: list[str], sync: bool = False) -> Path:
     """Run `areal train` to the end; returns its run directory."""
     areal = Path(sys.executable).with_name("areal")
