@@ -36,7 +36,8 @@ async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Pat
         raise ConfigError("the local engine backend generates in this process and connects to no server "
                           f"({', '.join(target.urls)}); use backend server or sglang for servers already running")
     engine = LocalEngine(target.model, max_running_requests=config.max_running_requests,
-                         torch_threads=config.torch_threads, prefix_cache_slots=config.prefix_cache_slots).start()
+                         torch_threads=config.torch_threads, prefix_cache_slots=config.prefix_cache_slots,
+                         dtype=config.dtype).start()
     try:
         yield engine
     finally:
@@ -46,12 +47,13 @@ async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Pat
 ServerStarter = Callable[[Path, int, str, dict[str, str], EngineConfig], ServerProcess]
 
 
-def _servers(server_process: ServerStarter):
+def _servers(server_process: ServerStarter, sglang: bool = False):
     """A backend of HTTP servers behind the SGLang client: the target's `urls`, else `config.servers` processes
-    made by `server_process(model, port, log_path, env, config)` on this machine, which die with this one."""
+    made by `server_process(model, port, log_path, env, config)` on this machine, which die with this one.
+    sglang: real SGLang servers, which read SGLANG_RETURN_ORIGINAL_LOGPROB from this environment."""
     @contextlib.asynccontextmanager
     async def engines(target: EngineTarget, config: EngineConfig, run_dir: Path | None) -> AsyncIterator[InferenceEngine]:
-        from areal_core.engine.sglang_client import SGLangEngine
+        from areal_core.engine.sglang_client import SGLangEngine, returns_original_logprobs
 
         _check(config, target, needs_model=not target.urls)
         async with contextlib.AsyncExitStack() as stack:
@@ -65,7 +67,8 @@ def _servers(server_process: ServerStarter):
                 processes = [server_process(target.model, free_port(), str(logs / f"engine-{i}.log"), env, config)
                              for i in range(config.servers)]
                 urls = await stack.enter_async_context(running_servers(processes, config.startup_timeout))
-            yield await stack.enter_async_context(SGLangEngine(urls))
+            original = sglang and returns_original_logprobs(os.environ)
+            yield await stack.enter_async_context(SGLangEngine(urls, original_logprobs=original))
 
     return engines
 
@@ -74,7 +77,8 @@ def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: 
     threads = ["--torch-threads", str(config.torch_threads)] if config.torch_threads else []
     kept = ["--prefix-cache-slots", str(config.prefix_cache_slots)] if config.prefix_cache_slots else []
     return ServerProcess.areal(str(model), port, log_path=log, env=env,
-                               extra_args=[*threads, *kept, "--max-running-requests", str(config.max_running_requests)])
+                               extra_args=[*threads, *kept, "--dtype", config.dtype,
+                                           "--max-running-requests", str(config.max_running_requests)])
 
 
 def _sglang_server(model: Path, port: int, log: str, env: dict[str, str], config: EngineConfig) -> ServerProcess:
@@ -82,7 +86,7 @@ def _sglang_server(model: Path, port: int, log: str, env: dict[str, str], config
 
 
 server_engines = _servers(_areal_serve)
-sglang_engines = _servers(_sglang_server)
+sglang_engines = _servers(_sglang_server, sglang=True)
 
 
 @hookimpl

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Literal, Mapping, Sequence
 
 import httpx
 
@@ -45,6 +45,10 @@ class EngineConfig:
     # local, server: a finished request's keys/values stay in its idle slot for a next turn that extends them
     # (a multi-turn episode prefills only its new text); this adds slots beyond max_running_requests for them
     prefix_cache_slots: int = 0
+    # local, server: the dtype of the engine's weights and arithmetic. bfloat16 samples from another policy than a
+    # float32 trainer learns, the engine/trainer mismatch GPU engines have (bench/bench_mismatch.py); sglang: --dtype
+    # in launch_args.
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     startup_timeout: float = 300.0
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
 

@@ -39,7 +39,10 @@ from areal_core.engine.protocol import (
     GenerateOutput,
     GenerateRequest,
     PauseMode,
+    EXCLUDED_LOGPROB,
     SamplingParams,
+    truncated_logprobs,
+    truncates,
     validate_request,
 )
 
@@ -411,7 +414,9 @@ class LocalEngine:
             logits = logits[torch.tensor(source)]
         for req in batch:
             req.cached = len(req.tokens)
-        token_ids, logprobs = sample(logits, [r.request.sampling_params for r in batch], [r.seed for r in batch],
+        # Sampling in float32 whatever the model's dtype, as SGLang does: a bfloat16 engine differs from a float32
+        # trainer by its forward pass, not by a bfloat16 softmax.
+        token_ids, logprobs = sample(logits.float(), [r.request.sampling_params for r in batch], [r.seed for r in batch],
                                      [len(r.output_ids) for r in batch])
         for req, token, logprob in zip(batch, token_ids, logprobs):
             req.output_ids.append(token)
@@ -464,24 +469,21 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int],
 
     Sampling: the Gumbel-max trick (argmax of log p + Gumbel noise) over the tokens that survive top-k and
     top-p, which draws exactly from the truncated, renormalised distribution. Greedy rows (T = 0) take
-    the argmax. The returned log-prob = log softmax(logits / T)[token] (T = 1 for greedy), before
-    truncation: the behaviour policy the trainer recomputes (see engine/protocol.py).
+    the argmax. The returned log-prob is that of the distribution drawn from: log softmax(logits / T)[token]
+    renormalised over the kept tokens (T = 1 and no truncation for greedy; see engine/protocol.py).
     """
     rows, vocab = logits.shape
     temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
     logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)
     greedy = torch.tensor([p.temperature == 0 for p in params])
-    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
-    top_p = torch.tensor([p.top_p for p in params], dtype=logits.dtype)
-    sorted_lp, order = torch.sort(logprobs, dim=-1, descending=True)
-    sorted_p = sorted_lp.exp()
-    rank = torch.arange(vocab)[None, :]
-    keep_sorted = (rank < top_k[:, None]) & ((torch.cumsum(sorted_p, -1) - sorted_p) < top_p[:, None])
-    keep_sorted[:, 0] = True
-    keep = torch.zeros_like(keep_sorted).scatter_(1, order, keep_sorted)
+    scores = logprobs
+    if any(truncates(p.top_p, p.top_k) and p.temperature > 0 for p in params):
+        top_k = torch.tensor([p.top_k if p.temperature > 0 else -1 for p in params])
+        top_p = torch.tensor([p.top_p if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+        logprobs = truncated_logprobs(logprobs, top_p, top_k)
+        scores = logprobs.masked_fill(logprobs <= EXCLUDED_LOGPROB, float("-inf"))
     noise = counter_uniforms(torch.tensor(seeds, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64), vocab)
     gumbel = -torch.log(-torch.log(noise)).to(logits.dtype)
-    scores = torch.where(keep, logprobs + gumbel, torch.full_like(logprobs, float("-inf")))
-    chosen = torch.where(greedy, logits.argmax(-1), scores.argmax(-1))
+    chosen = torch.where(greedy, logits.argmax(-1), (scores + gumbel).argmax(-1))
     picked = logprobs.gather(1, chosen[:, None])[:, 0]
     return chosen.tolist(), picked.tolist()

@@ -1,13 +1,19 @@
 """The generation protocol used by the rollout controller and by evals.
 
-Log-probabilities: every engine returns, for each generated token t_i,
+Log-probabilities: every engine returns, for each generated token t_i, the log-probability of the
+distribution the token was drawn from:
 
-    logprob_i = log softmax(z_i / T)[t_i]        (T = temperature; T = 0 means greedy and uses T = 1)
+    p_i = softmax(z_i / T)                       (T = temperature; T = 0 means greedy and uses T = 1)
+    K_i = the tokens top-k and top-p keep: the k most likely, and the most likely ones until their
+          mass reaches top_p (a token is kept while the mass before it is <= top_p; the first always)
+    logprob_i = log p_i[t_i] - log sum_{s in K_i} p_i[s]       (= log p_i[t_i] without truncation)
 
 where z_i are the model's logits for that position. This is the behaviour policy pi_behav of decoupled
-PPO: the trainer recomputes the same quantity with its own weights (`log_softmax(logits / T)`), so the
-two agree exactly when the weights agree. Top-p / top-k truncation is *not* reflected in the returned
-value (it only restricts which tokens can be drawn); this is also what SGLang returns by default.
+PPO: the trainer recomputes the same quantity with its own weights (`truncated_logprobs`), so the two agree
+exactly when the weights agree. Recording the untruncated log p instead would make every importance weight
+wrong by the kept mass (the token was sampled from the renormalised distribution). SGLang returns log p
+unless asked for the sampling support (`return_sampling_mask`, which the SGLang client sends when top-p or
+top-k truncates); greedy requests get log softmax(z_i)[t_i].
 
 Versions: `output_versions[i]` is the policy (weight) version that produced token i. When generation is
 interrupted by a weight update, earlier tokens keep their old version and later ones carry the new one.
@@ -18,6 +24,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
 
 from areal_core.errors import ArealError
 
@@ -84,6 +92,41 @@ class SamplingParams:
         )
         params.validate()
         return params
+
+
+def truncates(top_p: float, top_k: int) -> bool:
+    """Whether top-p / top-k (SGLang's meanings: top_k -1 is off) remove any tokens."""
+    return top_p < 1.0 or top_k > 0
+
+
+def kept_tokens(logprobs: torch.Tensor, top_p: float | torch.Tensor, top_k: int | torch.Tensor) -> torch.Tensor:
+    """The bool mask [..., V] of the tokens top-k and top-p keep from log-probabilities [..., V] (see the module
+    docstring; SGLang's rule). top_p / top_k: numbers, or tensors of the leading shape [...] (per row)."""
+    vocab = logprobs.shape[-1]
+    sorted_lp, order = torch.sort(logprobs, dim=-1, descending=True)
+    sorted_p = sorted_lp.exp()
+    top_k = torch.as_tensor(top_k, device=logprobs.device)
+    top_k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.full_like(top_k, vocab))
+    top_p = torch.as_tensor(top_p, dtype=sorted_p.dtype, device=logprobs.device)
+    rank = torch.arange(vocab, device=logprobs.device)
+    keep_sorted = (rank < top_k[..., None]) & ((torch.cumsum(sorted_p, -1) - sorted_p) <= top_p[..., None])
+    keep_sorted[..., 0] = True
+    return torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+
+
+# A token outside the kept set has probability 0 under the truncated distribution; a finite floor (e^-10000 is 0
+# in any float) keeps differences of two such log-probs at 0 rather than NaN.
+EXCLUDED_LOGPROB = -1.0e4
+
+
+def truncated_logprobs(logprobs: torch.Tensor, top_p: float | torch.Tensor, top_k: int | torch.Tensor
+                       ) -> torch.Tensor:
+    """log of the renormalised top-p / top-k distribution [..., V] from untruncated log-probabilities [..., V]:
+    log p - log (kept mass) on the kept tokens, EXCLUDED_LOGPROB elsewhere. Differentiable through the kept
+    mass (the kept set itself is chosen without a gradient)."""
+    keep = kept_tokens(logprobs.detach(), top_p, top_k)
+    kept_mass = torch.logsumexp(logprobs.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+    return torch.where(keep, logprobs - kept_mass, torch.full_like(logprobs, EXCLUDED_LOGPROB))
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,14 @@ Behaviour:
 - Versions: SGLang reports per-span versions (`weight_versions`) as strings; they are parsed as integers.
   "default" (SGLang's version of the weights it was launched with when no --weight-version is given)
   counts as 0. `areal serve` also sends every token's version (`output_token_weight_versions`).
-- Log-probabilities: the server's `output_token_logprobs`, i.e. log softmax(logits / T) of the sampled
-  token before top-p/top-k truncation (T = 1 for greedy) — see engine/protocol.py.
+- Log-probabilities: those of the distribution each token was drawn from (engine/protocol.py): the server's
+  `output_token_logprobs` (log softmax(logits / T); T = 1 for greedy) without truncation; with top-p / top-k,
+  the request asks for the sampling support (`return_sampling_mask`) and takes SGLang's
+  `output_token_sampling_logprobs`, the log-probs renormalised over the kept tokens.
+- A server started with SGLANG_RETURN_ORIGINAL_LOGPROB=1 returns log softmax(logits), before the temperature:
+  with T != 1 every importance weight would be wrong. The sglang backend tells the client when its servers have
+  it (it is set in this environment, which the servers inherit), and the client then refuses such requests; a
+  server started elsewhere with it cannot be detected.
 - `text` is the concatenation of the servers' texts for each segment; decode `output_ids` with the
   tokenizer where exact text across an interruption matters.
 
@@ -56,11 +62,18 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import httpx
 
-from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, validate_request
+from areal_core.engine.protocol import (
+    EngineError,
+    GenerateOutput,
+    GenerateRequest,
+    PauseMode,
+    truncates,
+    validate_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +108,23 @@ def _parse_version(value: Any) -> int:
                           "(launch SGLang with --weight-version N and update with integer versions)") from None
 
 
+def truncated_logprobs_from_meta(meta: dict[str, Any], n_tokens: int, url: str) -> list[float]:
+    """The sampled tokens' log-probs under the truncated distribution (`return_sampling_mask`'s
+    `output_token_sampling_logprobs`, cumulative over the request like the other per-token lists: the last
+    `n_tokens` are this answer's)."""
+    values = meta.get("output_token_sampling_logprobs")
+    if not isinstance(values, list) or len(values) < n_tokens:
+        raise EngineError(f"{url} returned no sampling-support log-probs for a top-p/top-k request (needs SGLang "
+                          f">= 0.5.23, which answers return_sampling_mask); got {type(values).__name__}")
+    return [float(v) for v in values[len(values) - n_tokens:]] if n_tokens else []
+
+
+def returns_original_logprobs(environ: Mapping[str, str]) -> bool:
+    """Whether SGLang servers started with this environment return log-probs before the temperature
+    (SGLANG_RETURN_ORIGINAL_LOGPROB, read as SGLang reads a boolean)."""
+    return environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def versions_from_meta(meta: dict[str, Any], n_tokens: int) -> list[int]:
     """Per-token weight versions from a /generate `meta_info`.
 
@@ -126,7 +156,8 @@ class SGLangEngine:
     def __init__(self, urls: Sequence[str], *, request_timeout: float = 3600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 600.0, max_retries: int = 5, backoff: float = 0.5,
                  max_backoff: float = 8.0, down_seconds: float = 10.0, control_retries: int = 2,
-                 max_aborts: int = 1000, vocab_size: int | None = None, sticky_capacity: int = 100_000) -> None:
+                 max_aborts: int = 1000, vocab_size: int | None = None, sticky_capacity: int = 100_000,
+                 original_logprobs: bool = False) -> None:
         if not urls:
             raise EngineError("SGLangEngine needs at least one server URL, got none")
         bad = [u for u in urls if not str(u).startswith(("http://", "https://"))]
@@ -140,6 +171,7 @@ class SGLangEngine:
         self.control_retries = control_retries
         self.max_aborts = max_aborts
         self.vocab_size = vocab_size
+        self.original_logprobs = original_logprobs  # the servers return log-probs before the temperature
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.control_timeout = control_timeout
@@ -203,6 +235,11 @@ class SGLangEngine:
     # -- generation ----------------------------------------------------------------------------
     async def generate(self, request: GenerateRequest) -> GenerateOutput:
         validate_request(request, self.vocab_size)
+        temperature = request.sampling_params.temperature
+        if self.original_logprobs and temperature not in (0.0, 1.0):
+            raise EngineError(f"these SGLang servers run with SGLANG_RETURN_ORIGINAL_LOGPROB set: they return log-probs "
+                              f"before the temperature, and this request samples at T={temperature}, so the trainer's "
+                              "importance weights would all be wrong. Unset it (or sample at T=1)")
         rid = request.rid or uuid.uuid4().hex
         call = uuid.uuid4().hex[:8]       # keeps wire rids unique even if a caller reuses `rid` concurrently
         params = request.sampling_params
@@ -211,6 +248,7 @@ class SGLangEngine:
         versions: list[int] = []
         texts: list[str] = []
         interruptions = aborts = attempts = segment = 0
+        truncated = params.temperature > 0 and truncates(params.top_p, params.top_k)
         while True:
             sampling = params.to_sglang()
             sampling["max_new_tokens"] = params.max_new_tokens - len(ids)
@@ -218,6 +256,8 @@ class SGLangEngine:
             segment += 1
             payload = {"input_ids": request.input_ids + ids, "sampling_params": sampling,
                        "return_logprob": True, "rid": wire_rid}
+            if truncated:
+                payload["return_sampling_mask"] = True
             server = self._pick(rid)
             self._remember(rid, server)
             answer = await self._post_generate(server, payload)
@@ -244,7 +284,8 @@ class SGLangEngine:
                 raise EngineError(f"{server.url} returned {len(new_ids)} tokens but {len(entries)} log-probs "
                                   "that do not match them")
             ids += new_ids
-            logprobs += [float(e[0]) for e in entries]
+            logprobs += truncated_logprobs_from_meta(meta, len(new_ids), server.url) if truncated \
+                else [float(e[0]) for e in entries]
             versions += versions_from_meta(meta, len(new_ids))
             texts.append(str(answer.get("text") or ""))
             interruptions += int(meta.get("num_retractions") or 0)

@@ -10,7 +10,7 @@ from areal_core.engine.launch import EngineConfig
 from areal_core.errors import ConfigError
 from areal_core.plugins import check_backend
 from areal_core.rewards.config import RewardServiceConfig
-from areal_core.rl.algorithms import AdvantageEstimator
+from areal_core.rl.algorithms import AdvantageEstimator, OffPolicyCorrection, check_correction
 
 # `areal train --sync`: the synchronous baseline every speed-up is measured against.
 SYNC_OVERRIDES = ["rollout.max_staleness=0", "rollout.weight_update=wait"]
@@ -62,7 +62,10 @@ class RolloutConfig:
     # interrupt: pause, load, continue; wait: let in-flight requests finish first
     weight_update: Literal["interrupt", "wait"] = "interrupt"
     temperature: float = 1.0
+    # top-p / top-k truncation (SGLang's meanings; top_k -1: off): the engines record, and the trainer recomputes,
+    # the log-probs of the renormalised truncated distribution the tokens were drawn from (engine/protocol.py).
     top_p: float = 1.0
+    top_k: int = -1
     max_new_tokens: int = 16
     max_concurrent_prompts: int = 256
     # Skip groups whose responses all got the same reward: their group-normalised advantages are zero,
@@ -79,6 +82,10 @@ class RolloutConfig:
             raise ValueError("batch_size and group_size must be >= 1")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
 
 
 @dataclass
@@ -96,8 +103,20 @@ class TrainerConfig:
     decoupled: bool = True              # False: plain PPO, pi_prox = pi_behav
     eps_clip: float = 0.2
     eps_clip_high: float | None = None  # None: same as eps_clip
-    behav_cap: float | None = 5.0       # cap on pi_prox / pi_behav (None: off)
-    behav_cap_mode: Literal["mask", "cap"] = "mask"
+    # How the behaviour weight w = pi_prox / pi_behav corrects for what the engine sampled (staleness, and the
+    # engine/trainer mismatch: precision, kernels): mask (tokens with w > 5 masked; AReaL), tis (w truncated to
+    # [0, 2]), icepop (tokens with w outside [0.5, 5] masked), sequence_mask (sequences whose geometric-mean w is
+    # outside [0.8, 1.25] masked), none. Equations and sources: algorithms.OFF_POLICY_CORRECTIONS; which to use:
+    # docs/off-policy.md.
+    correction: OffPolicyCorrection = "mask"
+    correction_bounds: list[float] | None = None  # [lo, hi] of the correction (None: its defaults, above)
+    # A warning in the log when the engine/trainer mismatch KL (metric mismatch_kl) passes this (None: never).
+    mismatch_warn_kl: float | None = 0.01
+    # The mismatch is measured on tokens the engine sampled with the weights the trainer holds, against pi_prox
+    # (free). An async run's tokens are mostly one version old: with this, the trainer keeps the weights before
+    # its last update (one more copy of the parameters, sharded like them) and measures those too, on one
+    # micro-batch per step and rank (one more forward pass of it). false: no copy, no extra pass.
+    measure_stale_mismatch: bool = True
     dual_clip: float | None = None      # c > 1: the objective of a negative advantage is at least c x A (None: off)
     # token: the minibatch's token mean; sequence: each sequence's token mean, then their mean; constant: Dr.
     # GRPO's sum / (sequences x aggregation_tokens) (Liu et al. 2025: no length bias; with advantage=dr_grpo).
@@ -138,6 +157,7 @@ class TrainerConfig:
 
     def validate(self) -> None:
         check_backend("trainer", self.backend)
+        check_correction(self.correction, self.correction_bounds)
         if self.aggregation == "constant" and (self.aggregation_tokens is None or self.aggregation_tokens < 1):
             raise ValueError("aggregation=constant needs aggregation_tokens >= 1 (Dr. GRPO's constant length L_max, "
                              f"e.g. rollout.max_new_tokens), got {self.aggregation_tokens}")

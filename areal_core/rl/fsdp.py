@@ -282,11 +282,12 @@ class FSDPTrainer:
         return self._process.pid
 
     # -- TrainerBackend -----------------------------------------------------------------------------------------
-    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> int:
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+                top_k: int = -1) -> int:
         """Send the batch to the ranks, which plan and build their micro-batches; returns the batch's number."""
         if not trajectories:
             raise ValueError("a training step needs at least one trajectory")
-        return self._request("prepare", list(trajectories), temperature)
+        return self._request("prepare", list(trajectories), temperature, top_p, top_k)
 
     def recompute_proximal(self, batch: int) -> None:
         self._request("proximal", batch)

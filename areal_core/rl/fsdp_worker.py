@@ -11,7 +11,7 @@ spec (which the controller writes to its `scratch_dir`, on a filesystem every tr
 Every rank loads the model, shards it with FSDP2 (`fully_shard` per decoder layer, then the root) and
 builds the same `PPOLearner` as the local trainer. Rank 0 listens on a localhost socket (address written to
 the spec's `address_file`, authenticated with the key in $AREAL_FSDP_AUTHKEY) and takes requests from the
-controller: the phases of a step, ("prepare", trajectories, temperature) -> batch number, ("proximal", number),
+controller: the phases of a step, ("prepare", trajectories, temperature, top_p, top_k) -> batch number, ("proximal", number),
 ("update", number, advantages) -> metrics, and ("publish", dir), ("save", dir), ("load", dir), ("close",).
 It broadcasts each request to the other ranks, all ranks run it, and rank 0 sends back ("ok", result) or
 ("error", traceback). An error is fatal to the whole group: the rank exits, torchrun stops the others, and
@@ -216,14 +216,15 @@ class Rank:
         model = load_model(spec.model_path, dtype=config.dtype, device=str(self.device)).train()
         train_mode_differs = trains_differently(model)
         model = shard_model(model, mesh)
-        reference = None
-        if config.kl_coef > 0:
-            reference = load_model(spec.model_path, dtype=config.dtype, device=str(self.device))
-            reference.requires_grad_(False)
-            reference = shard_model(reference, mesh)
+        def frozen_copy() -> torch.nn.Module:  # another model of the same weights, sharded the same way
+            return shard_model(load_model(spec.model_path, dtype=config.dtype, device=str(self.device))
+                               .requires_grad_(False), mesh)
+
+        reference = frozen_copy() if config.kl_coef > 0 else None
+        previous = frozen_copy() if config.measure_stale_mismatch else None
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
-                                  DataParallel(self.rank, self.world, self.device), train_mode_differs)
+                                  DataParallel(self.rank, self.world, self.device), train_mode_differs, previous)
         # Nodes load at their own pace; the request channel's short timeout starts only once all are done.
         dist.barrier(group=self.control)
 
@@ -237,8 +238,8 @@ class Rank:
         return EXIT_BAD_GROUP
 
     # -- requests: every rank runs each one ----------------------------------------------------------------
-    def prepare(self, trajectories: list, temperature: float) -> int:
-        self.batch = self.learner.prepare(trajectories, temperature)
+    def prepare(self, trajectories: list, temperature: float, top_p: float = 1.0, top_k: int = -1) -> int:
+        self.batch = self.learner.prepare(trajectories, temperature, top_p, top_k)
         self.batches += 1
         return self.batches
 

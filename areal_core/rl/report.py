@@ -41,7 +41,7 @@ class RunLogger:
         record = {"step": step, "version": version, "time": time.time(), **metrics}
         self.history.append(record)
         self.metrics_file.write(json.dumps(record) + "\n")
-        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = scalar_metrics(metrics)
         if self.writer is not None:
             for key, value in numeric.items():
                 self.writer.add_scalar(key, value, step)
@@ -56,13 +56,55 @@ class RunLogger:
             self.writer.close()
 
 
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numbers among `metrics`, a histogram ({value: count}, e.g. staleness_hist) as one scalar per bin
+    (`staleness_hist/0`, `staleness_hist/1`, ...): what TensorBoard and the plugins' hook get."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if number(value):
+            out[key] = float(value)
+        elif isinstance(value, dict) and value and all(number(v) for v in value.values()):
+            out.update({f"{key}/{bin_}": float(count) for bin_, count in value.items()})
+    return out
+
+
+def mismatch_summary(history: list[dict[str, Any]]) -> dict[str, float]:
+    """The run's engine/trainer mismatch (trainer.py's mismatch_* metrics) over the steps that measured any."""
+    steps = [h for h in history if h.get("mismatch_tokens")]
+    if not steps:
+        return {}
+    return {"kl_mean": sum(h["mismatch_kl"] for h in steps) / len(steps),
+            "kl_max": max(h["mismatch_kl"] for h in steps),
+            "abs_mean": sum(h["mismatch_abs_mean"] for h in steps) / len(steps),
+            "abs_max": max(h["mismatch_abs_max"] for h in steps),
+            "large_fraction_mean": sum(h["mismatch_large_fraction"] for h in steps) / len(steps),
+            "corrected_fraction_mean": sum(h.get("behav_capped_fraction", 0.0) for h in steps) / len(steps)}
+
+
 def plot_rewards(history: list[dict[str, Any]], evals: list[dict[str, Any]], path: Path) -> None:
+    """The reward and held-out accuracy curves; below them, when measured, the engine/trainer mismatch KL and the
+    share of tokens the off-policy correction masked or truncated."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    measured = [h for h in history if h.get("mismatch_tokens")]
+    if measured:
+        fig, (ax, below) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+        steps = [h["step"] for h in measured]
+        below.plot(steps, [max(h["mismatch_kl"], 1e-12) for h in measured], label="engine/trainer mismatch KL")
+        below.plot(steps, [max(h.get("behav_capped_fraction", 0.0), 1e-12) for h in measured], ":",
+                   label="tokens masked or truncated (share)")
+        below.set_yscale("log")
+        below.set_xlabel("step")
+        below.grid(alpha=0.3)
+        below.legend(loc="upper right", fontsize="small")
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([h["step"] for h in history], [h["reward_mean"] for h in history], label="training reward (mean)")
     tool_steps = [(h["step"], h["tool_call_rate"]) for h in history if "tool_call_rate" in h]
     if tool_steps:  # a tool-using workflow: how often the policy called a tool
@@ -71,7 +113,8 @@ def plot_rewards(history: list[dict[str, Any]], evals: list[dict[str, Any]], pat
         points = [(e["step"], e[key]) for e in evals if key in e]
         if points:
             ax.plot(*zip(*points), style, label=f"held-out {key.replace('_', ' ')}")
-    ax.set_xlabel("step")
+    if not measured:
+        ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -107,5 +150,10 @@ def print_summary(summary: dict[str, Any], echo: Callable[[str], None]) -> None:
         echo(f"held-out accuracy: {summary['after']['greedy_accuracy']:.0%} (greedy), "
              f"{summary['after'].get('sampled_accuracy', float('nan')):.0%} (sampled, T=1); "
              f"was {summary['before']['greedy_accuracy']:.0%} / {summary['before'].get('sampled_accuracy', float('nan')):.0%}")
+    mismatch = summary.get("mismatch") or {}
+    if mismatch:
+        echo(f"engine/trainer mismatch: KL {mismatch['kl_mean']:.2g} per step (max {mismatch['kl_max']:.2g}), "
+             f"largest |log-prob gap| {mismatch['abs_max']:.2g}; {mismatch['corrected_fraction_mean']:.2%} of tokens "
+             "masked or truncated by the correction")
     echo(f"{summary['steps']} RL steps in {summary['rl_seconds']:.1f}s ({summary['trajectories_per_second']:.0f} "
          f"trajectories/s); whole run {summary['total_seconds']:.1f}s; outputs in {summary['run_dir']}")

@@ -249,7 +249,7 @@ class RolloutController:
 
     def _sampling(self, number: int, index: int) -> SamplingParams:
         return SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
-                              top_p=self.config.top_p, seed=self.config.seed * 1_000_003 + number * 1009 + index)
+                              top_p=self.config.top_p, top_k=self.config.top_k, seed=self.config.seed * 1_000_003 + number * 1009 + index)
 
     async def next_batch(self) -> list[Group]:
         """The next batch: the B groups of prompts [kB, (k+1)B) for the k-th batch, once all have finished."""

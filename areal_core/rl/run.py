@@ -27,7 +27,7 @@ from areal_core.rewards import RewardService
 from areal_core.rl.algorithms import group_advantages
 from areal_core.rl.config import TrainConfig, check_resume_config
 from areal_core.rl.model_cache import resolve_model
-from areal_core.rl.report import RunLogger, format_eval, plot_rewards, print_summary
+from areal_core.rl.report import RunLogger, format_eval, mismatch_summary, plot_rewards, print_summary
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
 from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram
 from areal_core.rl.trainer import TrainerBackend, create_trainer
@@ -37,6 +37,7 @@ from areal_core.workflows import WorkflowChoice, choose_workflow
 from areal_core.types import Trajectory
 
 Echo = Callable[[str], None]
+MISMATCH_WARNING_EVERY = 50  # steps between two warnings of a lasting engine/trainer mismatch
 
 
 class TrainingRun:
@@ -54,6 +55,7 @@ class TrainingRun:
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
         self.eval_workflow = eval_workflow  # chosen and checked before the run started (check_workflows)
+        self._next_mismatch_warning = 0
         self.rollout = RolloutController(task, engine, rewards, trainer.tokenizer, config.rollout,
                                          on_trajectory=self._on_trajectory, reward_options=config.reward_options)
         if "controller" in state:
@@ -82,7 +84,8 @@ class TrainingRun:
                     batch, trained = self.trajectories(groups, step)              # less uniform groups
                     stale = staleness_histogram(batch, trainer.version)
                     started = time.perf_counter()
-                    prepared = await asyncio.to_thread(trainer.prepare, trained, T)
+                    prepared = await asyncio.to_thread(trainer.prepare, trained, T, config.rollout.top_p,
+                                                       config.rollout.top_k)
                     await asyncio.to_thread(trainer.recompute_proximal, prepared)   # pi_prox: weights before update
                     advantages = group_advantages(torch.tensor([t.reward.score for t in trained]),
                                                   [t.group_id for t in trained], config.trainer.advantage)
@@ -162,6 +165,20 @@ class TrainingRun:
             metrics["policy_token_fraction"] = (sum(t.policy_tokens for t in batch)
                                                 / max(1, sum(len(t.output_token_ids) for t in batch)))
         self.logger.log(step, self.trainer.version, metrics)
+        self.warn_of_mismatch(step, metrics)
+
+    def warn_of_mismatch(self, step: int, metrics: dict[str, Any]) -> None:
+        """A warning when the engine/trainer mismatch KL passes trainer.mismatch_warn_kl: at the first such step,
+        then at most every MISMATCH_WARNING_EVERY steps while it lasts."""
+        threshold, kl = self.config.trainer.mismatch_warn_kl, metrics.get("mismatch_kl", 0.0)
+        if threshold is None or kl <= threshold or step < self._next_mismatch_warning:
+            return
+        self._next_mismatch_warning = step + MISMATCH_WARNING_EVERY
+        self.echo(f"warning: step {step}: engine/trainer mismatch KL {kl:.3g} > trainer.mismatch_warn_kl={threshold} "
+                  f"(mean |log-prob gap| {metrics['mismatch_abs_mean']:.3g}, {metrics['mismatch_large_fraction']:.1%} "
+                  f"of tokens off by more than 0.1): the engine samples another policy than the trainer learns; "
+                  f"{metrics.get('behav_capped_fraction', 0.0):.1%} of tokens masked or truncated by "
+                  f"trainer.correction={self.config.trainer.correction} (docs/off-policy.md)")
 
     async def evaluate_during(self, step: int) -> bool:
         """The every-N-steps eval (before the same step's checkpoint: a kill during it resumes from the
@@ -221,6 +238,7 @@ class TrainingRun:
             "stopped_early": stopped_early, "dropped_responses": dict(self.rollout.dropped),
             "final_reward_mean": history[-1]["reward_mean"] if history else None,
             "engine_servers": self.engine.server_stats(),  # per generation server: requests, failures, state
+            "mismatch": mismatch_summary(history),
         }
         atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         if history:

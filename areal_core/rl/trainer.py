@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import torch
 
+from areal_core.engine.protocol import truncated_logprobs, truncates
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
+    MISMATCH_KEYS,
     PPOStats,
     aggregate_tokens,
     balance_microbatches,
     decoupled_ppo_loss,
     group_advantages,
+    mismatch_sums,
     pack_microbatches,
     padding_fraction,
 )
@@ -53,8 +57,10 @@ class TrainerBackend(Protocol):
     tokenizer: Any
     config: TrainerConfig
 
-    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> Any:
-        """Plan minibatches of packed micro-batches for a batch and build their tensors; returns a handle."""
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+                top_k: int = -1) -> Any:
+        """Plan minibatches of packed micro-batches for a batch and build their tensors; returns a handle.
+        temperature, top_p, top_k: the rollout's sampling, under which every log-prob is taken (protocol.py)."""
 
     def recompute_proximal(self, batch: Any) -> None:
         """Compute pi_prox (and pi_ref) for the prepared batch with the current weights."""
@@ -87,11 +93,12 @@ def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: i
                    scratch_dir=Path(scratch_dir) if scratch_dir is not None else None)
 
 
-def train_step(trainer: TrainerBackend, trajectories: Sequence[Trajectory], temperature: float) -> dict[str, float]:
+def train_step(trainer: TrainerBackend, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+               top_k: int = -1) -> dict[str, float]:
     """One whole step, the phases in order: prepare, pi_prox, advantages from the rewards, PPO update.
     Adds `train_seconds` (the caller's view: every phase, and for the FSDP trainer the round trips)."""
     started = time.perf_counter()
-    batch = trainer.prepare(trajectories, temperature)
+    batch = trainer.prepare(trajectories, temperature, top_p, top_k)
     trainer.recompute_proximal(batch)
     advantages = group_advantages(torch.tensor([t.reward.score for t in trajectories]),
                                   [t.group_id for t in trajectories], trainer.config.advantage)
@@ -126,37 +133,44 @@ def trains_differently(model: torch.nn.Module) -> bool:
 
 
 def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: torch.Tensor,
-                      temperature: float, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      temperature: float, entropy_grad: bool = False, top_p: float = 1.0,
+                      top_k: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens / attention [n, L] -> (log p(token_{j+1} | tokens_<=j) under softmax(logits / T), entropy), both [n, L-1].
 
-    The same quantity the engines return as the behaviour log-prob (see engine/protocol.py). The entropy
+    The same quantity the engines return as the behaviour log-prob (see engine/protocol.py): with top-p / top-k,
+    that of the renormalised truncated distribution. The entropy (of the distribution the log-probs are of)
     carries a gradient only with `entropy_grad` (for an entropy bonus in the loss)."""
     logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1]
-    logprobs, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad)
+    logprobs, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)
     return logprobs.gather(-1, tokens[:, 1:, None])[..., 0], entropy
 
 
-def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-softmax of logits / T over the vocabulary [..., V], and the entropy [...] (a gradient only with `entropy_grad`)."""
+def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool, top_p: float = 1.0,
+                          top_k: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-softmax of logits / T over the vocabulary [..., V] (renormalised over what top-p / top-k keep), and
+    the entropy [...] (a gradient only with `entropy_grad`)."""
     logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+    if temperature > 0 and truncates(top_p, top_k):
+        logprobs = truncated_logprobs(logprobs, top_p, top_k)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
+        entropy = -(logprobs.exp() * logprobs).sum(-1)  # an excluded token: e^-10000 * -10000 = 0
     return logprobs, entropy
 
 
 def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: float,
-                        entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                        entropy_grad: bool = False, top_p: float = 1.0, top_k: int = -1
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """`sequence_logprobs` of the micro-batch's rows [n, L-1], computed on its shared-prompt packing when it
     has one: one forward over the packed rows, then each sequence's positions picked out of it."""
     shared = mb.shared
     if shared is None:
-        return sequence_logprobs(model, mb.tokens, mb.attention, temperature, entropy_grad)
+        return sequence_logprobs(model, mb.tokens, mb.attention, temperature, entropy_grad, top_p, top_k)
     mask = shared.allowed
     if getattr(model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask: a bool one is ignored
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
     logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits
-    packed, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad)  # [R, W, V], [R, W]
+    packed, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)  # [R, W, V], [R, W]
     return packed[shared.rows, shared.cols, mb.tokens[:, 1:]], entropy[shared.rows, shared.cols]  # [n, L-1] each
 
 
@@ -179,8 +193,19 @@ class _MicroBatch:
     response: torch.Tensor      # [n, L-1]  1 where position j predicts a response token
     behav: torch.Tensor         # [n, L-1]
     indices: list[int]
+    versions: torch.Tensor | None = None  # [n, L-1] the policy version of each response token (-1 elsewhere)
     shared: _SharedPrompts | None = None
     advantages: torch.Tensor | None = None  # [n], set by the update (zero for the empty micro-batch)
+
+
+@dataclass
+class _MicroBatchResult:
+    loss: torch.Tensor          # the micro-batch's share of its minibatch's loss (with the KL and entropy terms)
+    stats: PPOStats
+    entropy: torch.Tensor       # [n, L-1], detached
+    kl: float                   # the KL term's value (0 without a reference model)
+    prox: torch.Tensor          # [n, L-1] the pi_prox the loss used
+    logprobs: torch.Tensor      # [n, L-1] this forward's log-probs, detached
 
 
 @dataclass
@@ -189,12 +214,15 @@ class PreparedBatch:
     recompute_proximal has run) pi_prox and pi_ref per micro-batch (None: taken from the first forward)."""
     trajectories: list[Trajectory]
     temperature: float
+    top_p: float
+    top_k: int
     plan: list[list[list[int]]]           # minibatch -> micro-batch -> trajectory indices (all ranks)
     mine: list[list[list[int]]]           # this rank's share of the plan
     microbatches: list[list[_MicroBatch]]
     lengths: list[int]
     prox: list[list[torch.Tensor | None]] = field(default_factory=list)
     ref: list[list[torch.Tensor | None]] = field(default_factory=list)
+    previous_mismatch: tuple[dict[str, float], float] | None = None  # mismatch_sums on tokens one version old
     updated: bool = False
 
 
@@ -262,12 +290,13 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad
         # loss and gradient are exactly zero.
         return _MicroBatch(torch.full((1, 2), pad_id, dtype=torch.long, device=device),
                            torch.ones((1, 2), dtype=torch.long, device=device), torch.zeros((1, 1), device=device),
-                           torch.zeros((1, 1), device=device), [], advantages=torch.zeros(1, device=device))
+                           torch.zeros((1, 1), device=device), [], torch.full((1, 1), -1, device=device),
+                           advantages=torch.zeros(1, device=device))
     # Rows built as padded Python lists and turned into tensors once (per-row tensor writes cost more
     # than the forward pass for the tiny model).
     rows = [trajectories[i] for i in indices]
     width = max(len(t.prompt_token_ids) + len(t.output_token_ids) for t in rows)
-    token_rows, attention_rows, response_rows, behav_rows = [], [], [], []
+    token_rows, attention_rows, response_rows, behav_rows, version_rows = [], [], [], [], []
     for traj in rows:
         p, t = len(traj.prompt_token_ids), len(traj.output_token_ids)
         pad = width - p - t
@@ -276,12 +305,26 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad
         # The loss mask: only the policy's own tokens are trained on (a tool result in an episode is not).
         response_rows.append([0.0] * (p - 1) + [float(m) for m in traj.loss_mask] + [0.0] * pad)
         behav_rows.append([0.0] * (p - 1) + list(traj.output_logprobs) + [0.0] * pad)
+        version_rows.append([-1] * (p - 1) + [v if m else -1 for v, m in zip(traj.output_versions, traj.loss_mask)]
+                            + [-1] * pad)
     tokens = torch.tensor(token_rows, dtype=torch.long)
     attention = torch.tensor(attention_rows, dtype=torch.long)
     response = torch.tensor(response_rows, dtype=torch.float32)
     behav = torch.tensor(behav_rows, dtype=torch.float32)
+    versions = torch.tensor(version_rows, dtype=torch.long)
     return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device), indices,
-                       share_prompts(rows, width, pad_id, device) if shared_prompts else None)
+                       versions.to(device), share_prompts(rows, width, pad_id, device) if shared_prompts else None)
+
+
+def mismatch_metrics(sums: dict[str, float], largest: float) -> dict[str, float]:
+    """The step's engine/trainer mismatch metrics from the summed `mismatch_sums` (keys mismatch_<key>): over the
+    tokens sampled with the weights the trainer held, mean |delta|, the k3 KL, the largest |delta|, the share with
+    |delta| > MISMATCH_LARGE, and how many tokens that was (0: none this step; the others are then 0)."""
+    tokens = sums["mismatch_tokens"]
+    share = (lambda key: sums[key] / tokens) if tokens else (lambda key: 0.0)
+    return {"mismatch_abs_mean": share("mismatch_abs_sum"), "mismatch_kl": share("mismatch_k3_sum"),
+            "mismatch_abs_max": largest, "mismatch_large_fraction": share("mismatch_large_count"),
+            "mismatch_tokens": tokens}
 
 
 def lr_factor(step: int, config: TrainerConfig, total_steps: int) -> float:
@@ -379,8 +422,12 @@ class PPOLearner:
 
     def __init__(self, model: torch.nn.Module, reference: torch.nn.Module | None, config: TrainerConfig,
                  total_steps: int, version: int, pad_id: int, dp: DataParallel | None = None,
-                 train_mode_differs: bool | None = None) -> None:
+                 train_mode_differs: bool | None = None, previous: torch.nn.Module | None = None) -> None:
         self.model, self.reference, self.config, self.version, self.pad_id = model, reference, config, version, pad_id
+        # A copy of the weights before the last update (trainer.measure_stale_mismatch; built and sharded like the
+        # model): an async run's tokens are mostly one version old, and only these weights can tell their
+        # engine/trainer gap from the policy's own change. Holds version `previous_version` (None: not yet).
+        self.previous, self.previous_version = previous, None
         self.dp = dp or DataParallel(device=torch.device(config.device))
         self.device = self.dp.device
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
@@ -396,12 +443,13 @@ class PPOLearner:
                                             else train_mode_differs)
         self.share_prompts = config.share_prompts and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
 
-    def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None, temperature: float,
-                         mini_tokens: float, mini_sequences: int) -> tuple[torch.Tensor, PPOStats, torch.Tensor, float]:
+    def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None,
+                         batch: "PreparedBatch", mini_tokens: float, mini_sequences: int) -> "_MicroBatchResult":
         """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
-        rank, so the shares add up to the minibatch loss): (loss, PPOStats, entropy [n, L-1], KL term)."""
+        rank, so the shares add up to the minibatch loss), with what the step's metrics need."""
         config = self.config
-        logprobs, entropy = microbatch_logprobs(self.model, mb, temperature, entropy_grad=config.entropy_coef != 0)
+        logprobs, entropy = microbatch_logprobs(self.model, mb, batch.temperature, config.entropy_coef != 0,
+                                                batch.top_p, batch.top_k)
         if prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
             prox = logprobs.detach()
         # constant (Dr. GRPO) is a token sum over a fixed count: sequences x L_max instead of the tokens there are.
@@ -409,8 +457,8 @@ class PPOLearner:
         tokens = mini_sequences * config.aggregation_tokens if config.aggregation == "constant" else mini_tokens
         loss, stats = decoupled_ppo_loss(
             logprobs, prox, mb.behav, mb.advantages, mb.response, eps_clip=config.eps_clip,
-            eps_clip_high=config.eps_clip_high, behav_cap=config.behav_cap if config.decoupled else None,
-            behav_cap_mode=config.behav_cap_mode, aggregation=mode, dual_clip=config.dual_clip,
+            eps_clip_high=config.eps_clip_high, correction=config.correction if config.decoupled else "none",
+            correction_bounds=config.correction_bounds, aggregation=mode, dual_clip=config.dual_clip,
             normaliser=tokens if mode == "token" else None)
         if mode == "sequence":
             loss = loss * len(mb.indices) / mini_sequences
@@ -424,10 +472,24 @@ class PPOLearner:
         if config.entropy_coef:
             bonus = aggregate_tokens(entropy, mb.response, mode, tokens, mini_sequences)
             loss = loss - config.entropy_coef * bonus
-        return loss, stats, entropy.detach(), kl_value
+        return _MicroBatchResult(loss, stats, entropy.detach(), kl_value, prox, logprobs.detach())
+
+    def _mismatch(self, mb: _MicroBatch, result: "_MicroBatchResult", first_minibatch: bool
+                  ) -> tuple[dict[str, float], float] | None:
+        """The engine/trainer gap on the micro-batch's tokens the engine sampled with the weights the trainer holds
+        (version = self.version, before this step's update): against pi_prox, or with plain PPO (no pi_prox) against
+        the first minibatch's forward; None where neither is the trainer's own pre-update log-prob."""
+        if self.config.decoupled:
+            trainer_logprobs = result.prox
+        elif first_minibatch:
+            trainer_logprobs = result.logprobs
+        else:
+            return None
+        return mismatch_sums(trainer_logprobs, mb.behav, (mb.response > 0) & (mb.versions == self.version))
 
     # -- the step, phase by phase (see TrainerBackend) -----------------------------------------------------
-    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> "PreparedBatch":
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+                top_k: int = -1) -> "PreparedBatch":
         """Split the batch into minibatches of micro-batches (this rank's share) and build their tensors."""
         if not trajectories:
             raise ValueError("a training step needs at least one trajectory")
@@ -436,7 +498,7 @@ class PPOLearner:
         mine = rank_share(plan, lengths, self.dp.rank, self.dp.size)
         microbatches = [[build_microbatch(trajectories, g, self.pad_id, self.device, self.share_prompts)
                          for g in minibatch] for minibatch in mine]
-        return PreparedBatch(list(trajectories), temperature, plan, mine, microbatches, lengths)
+        return PreparedBatch(list(trajectories), temperature, top_p, top_k, plan, mine, microbatches, lengths)
 
     def recompute_proximal(self, batch: "PreparedBatch") -> None:
         """pi_prox: log-probs of the batch under the current weights, before this step's update (and pi_ref's,
@@ -446,16 +508,38 @@ class PPOLearner:
         config = self.config
         with torch.no_grad():
             self.model.eval()
+            batch.previous_mismatch = self._previous_mismatch(batch)
             for m, minibatch in enumerate(batch.microbatches):
                 if not config.decoupled:
                     batch.prox.append([mb.behav for mb in minibatch])
                 elif m == 0 and self.prox_from_first_forward:
                     batch.prox.append([None] * len(minibatch))
                 else:
-                    batch.prox.append([microbatch_logprobs(self.model, mb, batch.temperature)[0] for mb in minibatch])
-                batch.ref.append([microbatch_logprobs(self.reference, mb, batch.temperature)[0]
+                    batch.prox.append([microbatch_logprobs(self.model, mb, batch.temperature, False, batch.top_p,
+                                                           batch.top_k)[0] for mb in minibatch])
+                batch.ref.append([microbatch_logprobs(self.reference, mb, batch.temperature, False, batch.top_p,
+                                                      batch.top_k)[0]
                                   if self.reference is not None else None for mb in minibatch])
             self.model.train()
+
+    def _previous_mismatch(self, batch: "PreparedBatch") -> tuple[dict[str, float], float] | None:
+        """The engine/trainer gap on the tokens one version old, from the weights before the last update, on this
+        rank's first micro-batch (one forward on every rank, so the FSDP collectives line up); None without them."""
+        if self.previous is None or self.previous_version is None or self.previous_version != self.version - 1:
+            return None
+        mb = batch.microbatches[0][0]
+        self.previous.eval()
+        logprobs = microbatch_logprobs(self.previous, mb, batch.temperature, False, batch.top_p, batch.top_k)[0]
+        return mismatch_sums(logprobs, mb.behav, (mb.response > 0) & (mb.versions == self.previous_version))
+
+    @torch.no_grad()
+    def _keep_previous(self) -> None:
+        """Copy the weights about to be updated (version self.version) into `previous` (shard by shard under FSDP)."""
+        if self.previous is None:
+            return
+        for kept, live in zip(self.previous.parameters(), self.model.parameters()):
+            kept.copy_(live)
+        self.previous_version = self.version
 
     def ppo_update(self, batch: "PreparedBatch", advantages: torch.Tensor) -> dict[str, float]:
         """One optimizer step per minibatch on the decoupled PPO loss, then the LR schedule; the policy version
@@ -464,10 +548,18 @@ class PPOLearner:
         if len(batch.prox) != len(plan) or batch.updated:
             raise ValueError("ppo_update takes a prepared batch once, after recompute_proximal")
         batch.updated = True
+        self._keep_previous()
         advantages = torch.as_tensor(advantages, dtype=torch.float32)
         total_tokens = float(sum(t.policy_tokens for t in trajectories))
-        keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction", "entropy")
+        keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction",
+                "correction_masked_fraction", "correction_truncated_fraction", "entropy",
+                *(f"mismatch_{key}" for key in MISMATCH_KEYS))
         sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
+        mismatch_max = 0.0
+        if batch.previous_mismatch is not None:
+            for key, value in batch.previous_mismatch[0].items():
+                sums[f"mismatch_{key}"] += value
+            mismatch_max = batch.previous_mismatch[1]
         grad_norms, lr = [], self.optimizer.param_groups[0]["lr"]
         # pi_prox stays the policy at the start of the step, so later minibatches see ratios != 1 and the
         # clipping applies.
@@ -484,24 +576,36 @@ class PPOLearner:
             for j, mb in enumerate(batch.microbatches[m]):
                 if mb.indices:  # (an empty micro-batch keeps its zero advantage)
                     mb.advantages = advantages[mb.indices].to(self.device)
-                loss, stats, entropy, kl = self._microbatch_loss(mb, batch.prox[m][j], batch.ref[m][j],
-                                                                 batch.temperature, mini_tokens, mini_sequences)
+                result = self._microbatch_loss(mb, batch.prox[m][j], batch.ref[m][j], batch, mini_tokens,
+                                               mini_sequences)
                 # FSDP averages gradients over the ranks; each rank's loss is already its share of the sum,
                 # so scale by the rank count to make the reduced gradient the local trainer's sum.
-                (loss * dp.size).backward()
-                sums["loss"] += loss.item() / n_mini
-                sums["kl_ref"] += kl / n_mini
+                (result.loss * dp.size).backward()
+                stats = result.stats
+                sums["loss"] += result.loss.item() / n_mini
+                sums["kl_ref"] += result.kl / n_mini
                 weight = stats.tokens / max(total_tokens, 1.0)
                 for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
                     sums[key] += getattr(stats, key) * weight
-                sums["behav_capped_fraction"] += stats.capped_tokens / max(total_tokens, 1.0)  # of the policy's tokens
-                sums["entropy"] += float((entropy * mb.response).sum()) / max(total_tokens, 1.0)
+                for key, count in (("behav_capped_fraction", stats.capped_tokens),  # shares of the policy's tokens
+                                   ("correction_masked_fraction", stats.masked_tokens),
+                                   ("correction_truncated_fraction", stats.truncated_tokens)):
+                    sums[key] += count / max(total_tokens, 1.0)
+                sums["entropy"] += float((result.entropy * mb.response).sum()) / max(total_tokens, 1.0)
+                mismatch = self._mismatch(mb, result, m == 0)
+                if mismatch is not None:
+                    for key, value in mismatch[0].items():
+                        sums[f"mismatch_{key}"] += value
+                    mismatch_max = max(mismatch_max, mismatch[1])
             grad_norms.append(clip_gradients(self.model, config.grad_clip))
             if not skip:
                 self.optimizer.step()
-        self.scheduler.step()
+        with warnings.catch_warnings():  # a skipped step: torch warns that the schedule moves without a step
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            self.scheduler.step()
         self.version += 1
         sums = dict(zip(keys, dp.sum([sums[key] for key in keys])))
+        mismatch_max = dp.min_max(mismatch_max)[1]
         rank_min, rank_max = dp.min_max(float(sum(len(minibatch) for minibatch in batch.mine)))
         group_rewards: dict[str, list[float]] = {}
         for t in trajectories:
@@ -509,7 +613,9 @@ class PPOLearner:
         mixed = [len(set(v)) > 1 for v in group_rewards.values()]
         groups = [mb for minibatch in plan for mb in minibatch]
         return {
-            **sums, "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr,
+            **{key: value for key, value in sums.items() if not key.startswith("mismatch_")},
+            **mismatch_metrics(sums, mismatch_max),
+            "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr,
             "reward_mean": sum(t.reward.score for t in trajectories) / len(trajectories),
             "mixed_group_fraction": sum(mixed) / len(mixed),
             "sequences": len(trajectories), "response_tokens": total_tokens,
@@ -583,12 +689,13 @@ class LocalTrainer:
         self.config = config
         model = load_model(model_path, dtype=config.dtype, device=config.device).train()
         self.tokenizer = load_tokenizer(model_path)
-        reference = None
+        reference = previous = None
         if config.kl_coef > 0:
-            reference = load_model(model_path, dtype=config.dtype, device=config.device)
-            reference.requires_grad_(False)
+            reference = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
+        if config.measure_stale_mismatch:
+            previous = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id)
+        self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id, previous=previous)
 
     @property
     def version(self) -> int:
@@ -602,8 +709,9 @@ class LocalTrainer:
     def model(self) -> torch.nn.Module:
         return self.learner.model
 
-    def prepare(self, trajectories: Sequence[Trajectory], temperature: float) -> PreparedBatch:
-        return self.learner.prepare(trajectories, temperature)
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+                top_k: int = -1) -> PreparedBatch:
+        return self.learner.prepare(trajectories, temperature, top_p, top_k)
 
     def recompute_proximal(self, batch: PreparedBatch) -> None:
         self.learner.recompute_proximal(batch)

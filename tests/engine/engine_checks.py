@@ -6,13 +6,16 @@ from areal_core.engine.model import load_model
 LOGPROB_TOLERANCE = 1e-4  # float32 on CPU; observed differences are ~1e-6
 
 
-def reference_logprobs(model, prompt: list[int], output: list[int], temperature: float) -> torch.Tensor:
-    """What a trainer computes: log softmax(logits / T) of each output token from one full forward pass."""
+def reference_logprobs(model, prompt: list[int], output: list[int], temperature: float, top_p: float = 1.0,
+                       top_k: int = -1) -> torch.Tensor:
+    """What the trainer computes (`sequence_logprobs`, one full forward pass): log softmax(logits / T) of each output
+    token, renormalised over the tokens top-p / top-k keep."""
+    from areal_core.rl.trainer import sequence_logprobs
+
+    tokens = torch.tensor([prompt + output])
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + output])).logits[0].float()
-    t = temperature if temperature > 0 else 1.0
-    logprobs = torch.log_softmax(logits / t, dim=-1)[len(prompt) - 1:-1]
-    return logprobs.gather(1, torch.tensor(output)[:, None])[:, 0]
+        logprobs = sequence_logprobs(model, tokens, torch.ones_like(tokens), temperature, top_p=top_p, top_k=top_k)[0]
+    return logprobs[0, len(prompt) - 1:]
 
 
 def assert_continued_with_new_weights(prompts, outputs, old_path, new_path, old_version, new_version, n,

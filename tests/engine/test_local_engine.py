@@ -1,5 +1,6 @@
 """The local engine against the model's own forward pass: logits, log-probs, batching, interruption."""
 import asyncio
+import math
 
 import pytest
 import torch
@@ -39,9 +40,12 @@ def test_returned_logprobs_equal_the_trainers_recomputation(tiny_model, temperat
     engine, prompts, outputs = asyncio.run(run())
     for prompt, out in zip(prompts, outputs):
         assert len(out.output_ids) == 24 and out.finish_reason == "length"
-        ref = reference_logprobs(engine.model, prompt, out.output_ids, temperature)
+        ref = reference_logprobs(engine.model, prompt, out.output_ids, temperature, top_p, top_k)
         assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
         assert out.output_versions == [0] * 24
+        if top_p < 1:  # the truncated distribution's log-probs, not the untruncated ones (which are lower)
+            untruncated = reference_logprobs(engine.model, prompt, out.output_ids, temperature)
+            assert (torch.tensor(out.output_logprobs) - untruncated).min() > 1e-3
 
 
 def test_many_concurrent_requests_complete_and_short_ones_do_not_wait_for_long_ones(tiny_model):
@@ -275,3 +279,20 @@ def test_sampling_follows_the_truncated_distribution():
     assert (empirical - probs).abs().max() < 0.02           # ~5 standard errors at n = 20000
     top2, _ = sample(logits, [SamplingParams(top_k=2)] * n, list(range(n)), [0] * n)
     assert set(top2) == set(probs.topk(2).indices.tolist())
+
+
+def test_the_recorded_logprob_is_that_of_the_renormalised_truncated_distribution():
+    """Top-k 2 over logits whose two best tokens hold 0.5 + 0.25 of the mass: a drawn token's log-prob is that of
+    0.5 / 0.75 or 0.25 / 0.75, what it was drawn with, not log 0.5 or log 0.25."""
+    from areal_core.engine.local import sample
+
+    probs = torch.tensor([[0.5, 0.25, 0.125, 0.125]])
+    logits = probs.log().expand(64, 4).contiguous()
+    tokens, logprobs = sample(logits, [SamplingParams(top_k=2)] * 64, list(range(64)), [0] * 64)
+    assert set(tokens) == {0, 1}
+    expected = {0: math.log(0.5 / 0.75), 1: math.log(0.25 / 0.75)}
+    assert all(lp == pytest.approx(expected[t], abs=1e-6) for t, lp in zip(tokens, logprobs))
+    # top-p 0.6 keeps the first two (the mass before the second, 0.5, is <= 0.6), as SGLang does
+    tokens, logprobs = sample(logits, [SamplingParams(top_p=0.6)] * 64, list(range(64)), [0] * 64)
+    assert set(tokens) == {0, 1}
+    assert all(lp == pytest.approx(expected[t], abs=1e-6) for t, lp in zip(tokens, logprobs))

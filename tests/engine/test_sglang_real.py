@@ -6,7 +6,8 @@ for sgl-kernel in sglang_cpu_shim/.
 
 Log-prob tolerance: SGLANG_LOGPROB_TOLERANCE against one full forward pass of the same weights with
 `transformers` in float32. SGLang computes attention with its own kernels over a paged KV cache and takes
-log(softmax(logits / T)) rather than log_softmax; the largest difference seen is 7e-7.
+log(softmax(logits / T)) rather than log_softmax; the largest difference seen is 7e-7 (with top-p / top-k, the
+renormalised log-probs of its sampling support, within the same tolerance).
 """
 import asyncio
 
@@ -38,7 +39,8 @@ async def current_model(engine: SGLangEngine) -> tuple[str, int]:
 
 @pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, -1), (0.7, 0.9, 20), (0.0, 1.0, -1)])
 def test_sglang_logprobs_equal_a_forward_pass_of_the_same_weights(sglang_server, temperature, top_p, top_k):
-    """log softmax(logits / T) of each sampled token, before top-p/top-k truncation (T = 1 for greedy)."""
+    """log softmax(logits / T) of each sampled token, renormalised over the tokens top-p / top-k keep (SGLang's
+    sampling support, asked for with return_sampling_mask), as the trainer recomputes it; T = 1 for greedy."""
     prompts = [[6, 7, 8, 77, 9, 10, 11, 85], [30, 31], [12] * 5]
 
     async def run():
@@ -53,9 +55,12 @@ def test_sglang_logprobs_equal_a_forward_pass_of_the_same_weights(sglang_server,
     for prompt, out in zip(prompts, outputs):
         assert len(out.output_ids) == 24 and out.finish_reason == "length"
         assert out.output_versions == [version] * 24
-        ref = reference_logprobs(model, prompt, out.output_ids, temperature)
+        ref = reference_logprobs(model, prompt, out.output_ids, temperature, top_p, top_k)
         assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=SGLANG_LOGPROB_TOLERANCE), \
             (ref - torch.tensor(out.output_logprobs)).abs().max()
+        if top_p < 1:  # not the untruncated log-probs SGLang returns by default
+            untruncated = reference_logprobs(model, prompt, out.output_ids, temperature)
+            assert (torch.tensor(out.output_logprobs) - untruncated).min() > 1e-3
         if temperature == 0:
             with torch.no_grad():
                 logits = model(torch.tensor([prompt + out.output_ids])).logits[0, len(prompt) - 1:-1]
@@ -122,3 +127,22 @@ def test_sglang_rejections_become_engine_errors_and_the_server_stays_up(sglang_s
     out, stats, (_, version) = asyncio.run(run())
     assert len(out.output_ids) == 2 and out.output_versions == [version] * 2
     assert stats[0]["state"] == "up" and stats[0]["failures"] == 0
+
+
+def test_sglang_servers_with_original_logprobs_refuse_temperatures_other_than_one(sglang_server, monkeypatch):
+    """SGLANG_RETURN_ORIGINAL_LOGPROB makes SGLang return log softmax(logits), before the temperature: at T != 1
+    not the behaviour policy, so the sglang backend's client refuses such requests by name (T = 1 is served)."""
+    from areal_core.engine import EngineTarget, start_engines
+    from areal_core.engine.launch import EngineConfig
+
+    monkeypatch.setenv("SGLANG_RETURN_ORIGINAL_LOGPROB", "1")
+
+    async def run():
+        config = EngineConfig(backend="sglang", urls=[sglang_server.url])
+        async with start_engines(config, EngineTarget(model=None, urls=(sglang_server.url,))) as engine:
+            served = await engine.generate(GenerateRequest([30, 31], SamplingParams(max_new_tokens=4, temperature=1.0)))
+            with pytest.raises(EngineError, match="SGLANG_RETURN_ORIGINAL_LOGPROB set.*T=0.7"):
+                await engine.generate(GenerateRequest([30, 31], SamplingParams(max_new_tokens=4, temperature=0.7)))
+            return served
+
+    assert len(asyncio.run(run()).output_ids) == 4

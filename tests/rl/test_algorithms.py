@@ -47,17 +47,18 @@ def test_decoupled_ppo_loss_matches_hand_computation():
     prox = torch.tensor([[math.log(0.4), math.log(0.6), math.log(0.2)]])
     behav = torch.tensor([[math.log(0.4), math.log(0.3), math.log(0.01)]])
     mask = torch.ones(1, 3)
-    loss, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, eps_clip=0.2, behav_cap=5.0)
+    loss, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, eps_clip=0.2, correction="mask")
     # token 1: r = 1.25 -> clipped to 1.2, w = 1 -> 1.2
     # token 2: r = 1.5  -> clipped to 1.2, w = 2 -> 2.4
-    # token 3: w = 0.2 / 0.01 = 20 > 5 -> masked out
-    assert loss.item() == pytest.approx(-(1.2 + 2.4) / 2)
-    assert stats.tokens == 2
+    # token 3: w = 0.2 / 0.01 = 20 > 5 -> masked out (it still counts in the denominator)
+    assert loss.item() == pytest.approx(-(1.2 + 2.4) / 3)
+    assert (stats.tokens, stats.masked_tokens, stats.truncated_tokens) == (2, 1, 0)
     assert stats.clip_fraction == pytest.approx(1.0)
-    capped, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, eps_clip=0.2, behav_cap=5.0,
-                                   behav_cap_mode="cap")
-    # cap mode keeps token 3 with w = 5 and r = 1: 5 * 1 = 5
+    capped, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, eps_clip=0.2, correction="tis",
+                                       correction_bounds=[0.0, 5.0])
+    # truncation keeps token 3 with w = 5 and r = 1: 5 * 1 = 5
     assert capped.item() == pytest.approx(-(1.2 + 2.4 + 5.0) / 3)
+    assert (stats.masked_tokens, stats.truncated_tokens) == (0, 1)
 
 
 def test_negative_advantage_uses_the_pessimistic_side_and_asymmetric_clip():
@@ -73,7 +74,7 @@ def test_plain_ppo_is_decoupled_ppo_with_prox_equal_behav():
     torch.manual_seed(0)
     lp, behav = torch.randn(3, 5), torch.randn(3, 5)
     adv, mask = torch.randn(3), (torch.rand(3, 5) > 0.2).float()
-    plain, stats = decoupled_ppo_loss(lp, behav, behav, adv, mask, behav_cap=None)
+    plain, stats = decoupled_ppo_loss(lp, behav, behav, adv, mask, correction="none")
     assert stats.behav_weight_mean == pytest.approx(1.0)
     ratio = torch.exp(lp - behav)
     a = adv[:, None]
@@ -133,22 +134,20 @@ def test_balanced_microbatches_give_every_rank_the_same_count():
     assert sorted(i for r in ranks for mb in r for i in mb) == list(range(len(lengths)))
 
 
-@pytest.mark.parametrize("mode", ["mask", "cap"])
-@pytest.mark.parametrize("behav_cap", [5.0, None])
-def test_a_behaviour_logprob_of_minus_infinity_gives_no_nan(mode, behav_cap):
+@pytest.mark.parametrize("correction", ["mask", "tis", "icepop", "sequence_mask", "none"])
+def test_a_behaviour_logprob_of_minus_infinity_gives_no_nan(correction):
     """SGLang returns -inf (or float32's most negative number) for a token outside its kept set; a padding
     position may hold anything. Neither may reach the loss or the gradient as NaN (exp(+inf) * 0)."""
     lp = torch.tensor([[math.log(0.5), math.log(0.4), math.log(0.3), 0.0]], requires_grad=True)
     prox = torch.tensor([[math.log(0.5), math.log(0.4), math.log(0.3), 0.0]])
     behav = torch.tensor([[math.log(0.5), -math.inf, torch.finfo(torch.float32).min, -math.inf]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last position is padding
-    loss, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=behav_cap,
-                                     behav_cap_mode=mode)
+    loss, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, correction=correction)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert math.isfinite(stats.behav_weight_mean)
-    if behav_cap is not None and mode == "mask":  # the two impossible tokens are masked; the first one counts
-        assert loss.item() == pytest.approx(-1.0) and stats.tokens == 1
+    if correction in ("mask", "icepop"):  # the two impossible tokens are masked; the first one counts, of 3
+        assert loss.item() == pytest.approx(-1.0 / 3) and stats.tokens == 1
 
 
 def test_the_capped_fraction_counts_response_tokens_only():
@@ -156,7 +155,7 @@ def test_the_capped_fraction_counts_response_tokens_only():
     lp = prox = torch.zeros(1, 8)
     behav = torch.tensor([[0.0, 0.0, -5.0, 0.0, 0.0, 0.0, 0.0, 0.0]])  # w = e^5 > 5 on the third token
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
-    _, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0)
+    _, stats = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, correction="mask")
     assert stats.behav_capped_fraction == pytest.approx(0.25)
     assert (stats.capped_tokens, stats.response_tokens, stats.tokens) == (1, 4, 3)
 
@@ -167,8 +166,8 @@ def test_a_masked_token_counts_in_its_sequences_denominator_as_in_the_tokens():
     lp = prox = torch.zeros(1, 4)
     behav = torch.tensor([[0.0, 0.0, -5.0, 0.0]])  # the third token's w = e^5 > 5: masked
     mask = torch.ones(1, 4)
-    token, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0, normaliser=4.0)
-    seq, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, behav_cap=5.0, aggregation="sequence")
+    token, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, normaliser=4.0)
+    seq, _ = decoupled_ppo_loss(lp, prox, behav, torch.tensor([1.0]), mask, aggregation="sequence")
     assert token.item() == pytest.approx(-3 / 4) and seq.item() == pytest.approx(-3 / 4)
 
 

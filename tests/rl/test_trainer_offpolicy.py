@@ -29,7 +29,7 @@ def test_impossible_behaviour_tokens_are_capped_counted_and_never_nan(model_dir,
     for t in batch[::3]:  # the first token of every third trajectory: -inf, or float32's most negative
         t.output_logprobs[0] = -math.inf if impossible % 2 else -3.4028234663852886e38
         impossible += 1
-    config = TrainerConfig(lr=1e-3, ppo_minibatches=minibatches, micro_batch_tokens=128, behav_cap=5.0)
+    config = TrainerConfig(lr=1e-3, ppo_minibatches=minibatches, micro_batch_tokens=128, correction="mask")
     metrics = train_step(LocalTrainer(model_dir, config, 10), batch, 1.0)
     assert metrics["microbatches"] > minibatches
     assert all(math.isfinite(metrics[k]) for k in ("loss", "grad_norm", "behav_weight_mean", "approx_kl"))
