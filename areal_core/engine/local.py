@@ -33,7 +33,13 @@ from typing import Any, Callable
 import torch
 
 from areal_core.engine.decoder import SlottedDecoder
-from areal_core.engine.model import ModelError, eos_token_ids, load_model, load_tokenizer
+from areal_core.engine.model import (
+    ModelError,
+    eos_token_ids,
+    load_engine_model,
+    load_tokenizer,
+    round_engine_weights,
+)
 from areal_core.engine.protocol import (
     EngineError,
     GenerateOutput,
@@ -79,7 +85,8 @@ class LocalEngine:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        self.model = load_model(model_path, dtype=dtype, device=device)
+        self.dtype = dtype
+        self.model = load_engine_model(model_path, dtype=dtype, device=device)
         self.tokenizer = load_tokenizer(model_path)
         self.device = torch.device(device)
         self.vocab_size = int(self.model.config.vocab_size)
@@ -340,6 +347,7 @@ class LocalEngine:
                     raise ModelError(f"{path}: {name} has shape {tuple(tensor.shape)}, expected {tuple(own[name].shape)}")
             for name, tensor in state.items():
                 own[name].copy_(tensor)
+        round_engine_weights(self.model, self.dtype)  # (a float8 / float4 engine rounds what it loads)
 
     def _finish(self, req: _Running, reason: str, message: str | None = None) -> None:
         self._release(req, keep=reason != "abort")

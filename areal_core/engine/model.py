@@ -116,6 +116,67 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     return model.to(device).eval()
 
 
+# Engine dtypes beyond torch's, emulated where no such matmul runs (the CPU); arithmetic in bfloat16:
+#   "float8": weights rounded to float8 e4m3, one scale per tensor (an FP8 rollout engine);
+#   "float4": the decoder layers' linear weights rounded to e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6) with one scale per
+#             block of 32, embeddings and output head kept (MXFP4 / NVFP4-style 4-bit rollouts).
+WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16"}
+
+
+def load_engine_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
+    """`load_model` for an engine: torch dtypes, or a WEIGHT_DTYPES entry (rounded weights, see there)."""
+    model = load_model(path, dtype=WEIGHT_DTYPES.get(dtype, dtype), device=device)
+    round_engine_weights(model, dtype)
+    return model
+
+
+def round_engine_weights(model, dtype: str) -> None:
+    """Round the weights as an engine of WEIGHT_DTYPES `dtype` holds them (nothing for a torch dtype)."""
+    if dtype == "float8":
+        round_weights_to_float8(model)
+    elif dtype == "float4":
+        round_weights_to_float4(model)
+
+
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def round_weights_to_float4(model, block: int = 32) -> None:
+    """Round every linear weight inside the decoder layers to e2m1 with a scale per block of `block` inputs (the
+    block's largest magnitude maps to 6), in place."""
+    import torch
+
+    values = torch.tensor(_E2M1)
+    layers = [m for m in model.modules() if type(m).__name__ in set(getattr(model, "_no_split_modules", None) or ())]
+    with torch.no_grad():
+        for layer in layers:
+            for module in layer.modules():
+                if not isinstance(module, torch.nn.Linear):
+                    continue
+                weight = module.weight.float()
+                rows, cols = weight.shape
+                padded = torch.nn.functional.pad(weight, (0, (-cols) % block)).reshape(rows, -1, block)
+                scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 6.0
+                scaled = padded / scale
+                nearest = (scaled.abs()[..., None] - values).abs().argmin(-1)
+                rounded = (values[nearest] * scaled.sign() * scale).reshape(rows, -1)[:, :cols]
+                module.weight.copy_(rounded.to(module.weight.dtype))
+
+
+def round_weights_to_float8(model) -> None:
+    """Round every matrix weight (linear layers, embeddings) to float8 e4m3 with a per-tensor scale (its largest
+    magnitude maps to e4m3's 448), in place; vectors (norms, biases) keep their dtype, as FP8 engines keep them."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() < 2:
+                continue
+            scale = parameter.abs().amax().float().clamp(min=1e-12) / 448.0
+            rounded = (parameter.float() / scale).to(torch.float8_e4m3fn).float() * scale
+            parameter.copy_(rounded.to(parameter.dtype))
+
+
 def load_tokenizer(path: str | Path):
     """The directory's tokenizer. A directory that declares the generic fast tokenizer (as ours does) gets
     exactly its tokenizer.json; AutoTokenizer would rebuild it as the model type's tokenizer (Qwen2's BPE)."""

@@ -62,8 +62,8 @@ OffPolicyCorrection = Literal["mask", "tis", "icepop", "sequence_mask", "none"]
 #   mask           c = w where w <= hi, else the token is masked out           [0, 5]   AReaL's decoupled PPO
 #                  (Fu et al. 2025, "AReaL: A Large-Scale Asynchronous RL System for Language Reasoning")
 #   tis            c = clip(w, lo, hi): truncated importance sampling          [0, 2]   (Yao et al. 2025, "Your
-#                  Efficient RL Framework Secretly Brings You Off-Policy RL Training"; bounds [0, 5] are the old
-#                  behav_cap_mode=cap)
+#                  Efficient RL Framework Secretly Brings You Off-Policy RL Training"; with bounds [0, 5], the
+#                  decoupled weight capped rather than masked)
 #   icepop         c = w where lo <= w <= hi, else masked: two-sided masking  [0.5, 5] (Ling Team 2025, IcePop:
 #                  "Every Step Evolves: Scaling RL for Trillion-Scale Thinking Model"); mask is its one-sided case
 #   sequence_mask  a sequence is masked whole when the geometric mean of its w, exp(mean_t log w_t), is outside

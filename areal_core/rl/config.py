@@ -71,6 +71,13 @@ class RolloutConfig:
     # Skip groups whose responses all got the same reward: their group-normalised advantages are zero,
     # so they add no policy gradient, only trainer time (DAPO's dynamic-sampling observation).
     skip_uniform_groups: bool = True
+    # DAPO's dynamic sampling (Yu et al. 2025): a batch is the next batch_size groups *with* a signal, in admission
+    # order; uniform groups are dropped and more prompts generated in their place, within the staleness bound
+    # (their slots are freed at once). dynamic_sampling_max_prompts bounds the prompts one batch may use up
+    # (None: 4 x batch_size); past it the batch is topped up with uniform groups (no gradient, no optimizer step
+    # if all are) rather than wait forever on a task the policy cannot yet solve at all.
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_prompts: int | None = None
     seed: int = 0
     # How an episode runs: None takes the task spec's workflow (default single_turn); a name (tool_calls, ...)
     # overrides it. workflow_options are merged over the task's (tools, call_format, max_turns, ...).
@@ -82,6 +89,9 @@ class RolloutConfig:
             raise ValueError("batch_size and group_size must be >= 1")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.dynamic_sampling_max_prompts is not None and self.dynamic_sampling_max_prompts < self.batch_size:
+            raise ValueError(f"dynamic_sampling_max_prompts must be >= batch_size ({self.batch_size}), got "
+                             f"{self.dynamic_sampling_max_prompts}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
@@ -110,6 +120,10 @@ class TrainerConfig:
     # docs/off-policy.md.
     correction: OffPolicyCorrection = "mask"
     correction_bounds: list[float] | None = None  # [lo, hi] of the correction (None: its defaults, above)
+    # pi_prox: recompute (exact: one no-grad forward pass over the batch before the update; the first minibatch's
+    # comes free) or loglinear (AReaL 2.0's log-linear interpolation in the policy version between pi_behav and the
+    # weights of each update forward, no pass of its own; trainer.loglinear_prox; metric prox_approx_error).
+    proximal: Literal["recompute", "loglinear"] = "recompute"
     # A warning in the log when the engine/trainer mismatch KL (metric mismatch_kl) passes this (None: never).
     mismatch_warn_kl: float | None = 0.01
     # The mismatch is measured on tokens the engine sampled with the weights the trainer holds, against pi_prox

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from areal_core.engine.protocol import InferenceEngine, SamplingParams
+from areal_core.errors import ArealError
 from areal_core.rl.algorithms import may_submit
 from areal_core.rl.config import RolloutConfig
 from areal_core.tasks import Task
@@ -29,6 +30,10 @@ from areal_core.types import Trajectory
 from areal_core.workflows import EpisodeRunner, choose_workflow, episode_trajectory
 
 log = logging.getLogger(__name__)
+
+
+class RolloutInterrupted(ArealError):
+    """A rollout task was ended by a BaseException that is not an Exception (an interrupt, a test's timeout)."""
 
 
 @dataclass
@@ -102,12 +107,17 @@ class RolloutController:
         self.submitted = start_prompt
         self.replay_buffer = ReplayBuffer()
         self.batches_taken = start_prompt // config.batch_size
+        self.consumed = start_prompt  # the next prompt number a batch takes (or, dynamic sampling, looks at)
+        self.discarded = 0            # dynamic sampling: uniform groups dropped (their slots freed for others)
+        self.last_batch_prompts = 0   # how many prompts the last batch used up
         self.in_flight: set[asyncio.Task] = set()
         self.dropped = Counter()
         self._version_changed = asyncio.Condition()
         self._hold = asyncio.Event()
         self._hold.set()  # set = admission open
         self._runner: asyncio.Task | None = None
+        self._stopping = False
+        self.fatal: str | None = None  # what ended a rollout task abnormally (not an Exception): the run stops
         self._samples = task.samples()
         self._order: list[int] = []
         self._order_epoch = -1
@@ -119,8 +129,9 @@ class RolloutController:
         """What a resumed run needs: the data position, the finished groups not yet trained on, and
         which admitted prompts were still generating (they are generated again after a restart).
         Taken between two awaits, so it is consistent."""
-        first = self.batches_taken * self.config.batch_size
+        first = self.consumed
         return {"version": self.version, "submitted": self.submitted, "batches_taken": self.batches_taken,
+                "consumed": self.consumed, "discarded": self.discarded,
                 "finished": {str(n): g.to_dict() for n, g in self.replay_buffer.groups.items()},
                 "unfinished": sorted(set(range(first, self.submitted)) - set(self.replay_buffer.groups)
                                      | set(self._redo)),
@@ -132,6 +143,8 @@ class RolloutController:
         self.version = state["version"]
         self.submitted = state["submitted"]
         self.batches_taken = state["batches_taken"]
+        self.consumed = state.get("consumed", self.batches_taken * self.config.batch_size)
+        self.discarded = state.get("discarded", 0)
         self.replay_buffer = ReplayBuffer({int(n): Group.from_dict(g) for n, g in state["finished"].items()})
         self._redo = list(state["unfinished"])
         self.dropped = Counter(state["dropped"])
@@ -168,6 +181,7 @@ class RolloutController:
         self._runner = asyncio.create_task(self._run(), name="rollout-controller")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._runner is not None:
             self._runner.cancel()
         for task in list(self.in_flight):
@@ -191,8 +205,8 @@ class RolloutController:
         while True:
             async with self._version_changed:
                 await self._version_changed.wait_for(  # prompts to redo were admitted before: no gate
-                    lambda: self._redo or may_submit(self.submitted, self.config.batch_size, self.version,
-                                                     self.config.max_staleness))
+                    lambda: self._redo or may_submit(self.submitted - self.discarded, self.config.batch_size,
+                                                     self.version, self.config.max_staleness))
             await self._hold.wait()
             await slots.acquire()
             if self._redo:
@@ -215,15 +229,28 @@ class RolloutController:
         wait forever, and the run sees the failure in its metrics (a batch that is all failures stops it)."""
         try:
             await self._rollout_group(number, version)
-        except Exception as exc:  # noqa: BLE001 - any failure of one prompt; cancellation passes through
-            log.error("rollout of prompt %d failed", number, exc_info=exc)
-            self.last_failure = f"prompt {number}: {type(exc).__name__}: {exc}"
-            self.dropped[f"rollout failed: {type(exc).__name__}"] += self.config.group_size
-            try:
-                sample_id = str(self.sample_for(number)["id"])
-            except Exception:  # noqa: BLE001 - what failed may be this very lookup
-                sample_id = ""
-            await self.replay_buffer.put(number, Group(f"p{number}", sample_id, [], self.config.group_size, version))
+        except Exception as exc:  # noqa: BLE001 - any failure of one prompt
+            await self._failed(number, version, exc)
+        except BaseException as exc:
+            if self._stopping:
+                raise
+            # Only stop() cancels rollouts. Anything else that ends this task (a cancellation from elsewhere, an
+            # interrupt, a test's timeout) would leave its batch waiting forever: the group finishes empty, and
+            # anything but a cancellation stops the run where it waits for its next batch.
+            await self._failed(number, version, exc)
+            if not isinstance(exc, asyncio.CancelledError):
+                self.fatal = f"prompt {number}: {type(exc).__name__}: {exc}"
+
+    async def _failed(self, number: int, version: int, exc: BaseException) -> None:
+        """Finish prompt `number`'s group empty, the reason counted and logged."""
+        log.error("rollout of prompt %d failed", number, exc_info=exc)
+        self.last_failure = f"prompt {number}: {type(exc).__name__}: {exc}"
+        self.dropped[f"rollout failed: {type(exc).__name__}"] += self.config.group_size
+        try:
+            sample_id = str(self.sample_for(number)["id"])
+        except Exception:  # noqa: BLE001 - what failed may be this very lookup
+            sample_id = ""
+        await self._finished(number, Group(f"p{number}", sample_id, [], self.config.group_size, version))
 
     async def _rollout_group(self, number: int, version: int) -> None:
         """The group of prompt `number`: `group_size` episodes of the task's workflow, each scored as it ends;
@@ -245,19 +272,66 @@ class RolloutController:
             trajectories.append(trajectory)
             if self.on_trajectory:
                 self.on_trajectory(trajectory)
-        await self.replay_buffer.put(number, Group(group_id, str(sample["id"]), trajectories, dropped, version))
+        await self._finished(number, Group(group_id, str(sample["id"]), trajectories, dropped, version))
+
+    async def _finished(self, number: int, group: Group) -> None:
+        """Put a finished group in the buffer; with dynamic sampling a group without signal (uniform, or empty:
+        every rollout failed) frees its slot under the staleness gate at once, for another prompt."""
+        if self.config.dynamic_sampling and is_uniform(group):
+            await self._free_slot()
+        await self.replay_buffer.put(number, group)
+
+    async def _free_slot(self) -> None:
+        async with self._version_changed:  # the gate re-checks
+            self.discarded += 1
+            self._version_changed.notify_all()
 
     def _sampling(self, number: int, index: int) -> SamplingParams:
         return SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
                               top_p=self.config.top_p, top_k=self.config.top_k, seed=self.config.seed * 1_000_003 + number * 1009 + index)
 
     async def next_batch(self) -> list[Group]:
-        """The next batch: the B groups of prompts [kB, (k+1)B) for the k-th batch, once all have finished."""
+        """The next batch: the B groups of the next B prompts in admission order, once all have finished; with
+        dynamic sampling, the next B groups with a signal (see RolloutConfig.dynamic_sampling)."""
         size = self.config.batch_size
-        numbers = range(self.batches_taken * size, (self.batches_taken + 1) * size)
-        batch = await self.replay_buffer.take(numbers)
+        self._check_fatal()
+        if self.config.dynamic_sampling:
+            batch = await self._informative_batch()
+        else:
+            batch = await self.replay_buffer.take(range(self.consumed, self.consumed + size))
+            self.consumed += size
+            self.last_batch_prompts = size
         self.batches_taken += 1
+        self._check_fatal()
         return batch
+
+    def _check_fatal(self) -> None:
+        if self.fatal is not None:
+            raise RolloutInterrupted(f"a rollout was ended by something other than an error of its own ({self.fatal}); "
+                                     "the run stops")
+
+    async def _informative_batch(self) -> list[Group]:
+        """Groups in admission order, uniform ones set aside, until B have a signal or the batch has used up
+        dynamic_sampling_max_prompts prompts (then topped up with the uniform ones). A group older than the
+        staleness bound allows (possible once a batch ended short) is dropped and counted."""
+        size = self.config.batch_size
+        limit = self.config.dynamic_sampling_max_prompts or 4 * size
+        informative: list[Group] = []
+        uniform: list[Group] = []
+        looked = 0
+        while len(informative) < size and looked < limit:
+            [group] = await self.replay_buffer.take([self.consumed])
+            self.consumed += 1
+            looked += 1
+            if is_uniform(group):
+                uniform.append(group)
+            elif self.version - group.submitted_at_version > self.config.max_staleness:
+                self.dropped["older than max_staleness (dynamic sampling)"] += len(group.trajectories)
+                await self._free_slot()
+            else:
+                informative.append(group)
+        self.last_batch_prompts = looked
+        return informative + uniform[: size - len(informative)]
 
 
 def is_uniform(group: Group) -> bool:

@@ -157,6 +157,7 @@ class TrainingRun:
             "reward_mean": sum(t.reward.score for t in batch) / len(batch),
             "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
+            "batch_prompts_used": self.rollout.last_batch_prompts,  # > batch_size: dynamic sampling dropped some
         })
         episodes = [t.episode for t in batch if t.episode]
         if episodes:  # a multi-turn workflow: how often the policy called a tool, and how its episodes ended

@@ -21,6 +21,7 @@ from areal_core.engine.protocol import truncated_logprobs, truncates
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
+    MAX_LOG_WEIGHT,
     MISMATCH_KEYS,
     PPOStats,
     aggregate_tokens,
@@ -223,6 +224,7 @@ class PreparedBatch:
     prox: list[list[torch.Tensor | None]] = field(default_factory=list)
     ref: list[list[torch.Tensor | None]] = field(default_factory=list)
     previous_mismatch: tuple[dict[str, float], float] | None = None  # mismatch_sums on tokens one version old
+    prox_exact_sample: torch.Tensor | None = None  # proximal=loglinear: exact pi_prox of minibatch 1's first
     updated: bool = False
 
 
@@ -314,6 +316,23 @@ def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad
     versions = torch.tensor(version_rows, dtype=torch.long)
     return _MicroBatch(tokens.to(device), attention.to(device), response.to(device), behav.to(device), indices,
                        versions.to(device), share_prompts(rows, width, pad_id, device) if shared_prompts else None)
+
+
+def loglinear_prox(behav: torch.Tensor, logprobs: torch.Tensor, versions: torch.Tensor, version: int,
+                   progress: float) -> torch.Tensor:
+    """pi_prox without its forward pass (trainer.proximal=loglinear; AReaL 2.0's approximation, as in Fu et al.'s
+    AReaL repository): log-linear in the policy version between the token's behaviour policy (version v_b) and the
+    weights now (version v + progress, `progress` the share of this step's optimizer steps taken):
+
+        log pi_prox ~ log pi_behav + alpha (log pi_theta - log pi_behav),   alpha = (v - v_b) / (v + progress - v_b)
+
+    so a token of the trainer's version (v_b = v) keeps its behaviour log-prob, and an older one is placed between.
+    behav / logprobs / versions [n, L-1] (versions -1 off the response); logprobs detached."""
+    stale = (version - versions).clamp(min=0).to(logprobs.dtype)
+    alpha = torch.where(versions >= 0, stale / (stale + progress), torch.zeros_like(stale))
+    floor = logprobs - MAX_LOG_WEIGHT  # a behaviour log-prob of -inf (SGLang's outside its kept set) stays finite
+    behav = torch.maximum(behav, floor)
+    return behav + alpha * (logprobs - behav)
 
 
 def mismatch_metrics(sums: dict[str, float], largest: float) -> dict[str, float]:
@@ -444,13 +463,16 @@ class PPOLearner:
         self.share_prompts = config.share_prompts and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
 
     def _microbatch_loss(self, mb: _MicroBatch, prox: torch.Tensor | None, ref: torch.Tensor | None,
-                         batch: "PreparedBatch", mini_tokens: float, mini_sequences: int) -> "_MicroBatchResult":
+                         batch: "PreparedBatch", mini_tokens: float, mini_sequences: int,
+                         progress: float = 0.0) -> "_MicroBatchResult":
         """This micro-batch's share of its minibatch's loss (normalised over the whole minibatch, on every
         rank, so the shares add up to the minibatch loss), with what the step's metrics need."""
         config = self.config
         logprobs, entropy = microbatch_logprobs(self.model, mb, batch.temperature, config.entropy_coef != 0,
                                                 batch.top_p, batch.top_k)
-        if prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
+        if prox is None and progress > 0:  # proximal=loglinear
+            prox = loglinear_prox(mb.behav, logprobs.detach(), mb.versions, self.version, progress)
+        elif prox is None:  # the first minibatch: this forward is pi_prox (see __init__)
             prox = logprobs.detach()
         # constant (Dr. GRPO) is a token sum over a fixed count: sequences x L_max instead of the tokens there are.
         mode = "sequence" if config.aggregation == "sequence" else "token"
@@ -478,9 +500,10 @@ class PPOLearner:
                   ) -> tuple[dict[str, float], float] | None:
         """The engine/trainer gap on the micro-batch's tokens the engine sampled with the weights the trainer holds
         (version = self.version, before this step's update): against pi_prox, or with plain PPO (no pi_prox) against
-        the first minibatch's forward; None where neither is the trainer's own pre-update log-prob."""
-        if self.config.decoupled:
-            trainer_logprobs = result.prox
+        the first minibatch's forward; None where neither is the trainer's own pre-update log-prob (also a
+        log-linear pi_prox after the first minibatch)."""
+        if self.config.decoupled and (first_minibatch or self.config.proximal == "recompute"):
+            trainer_logprobs = result.prox  # (a log-linear pi_prox is no measurement: only the first minibatch's)
         elif first_minibatch:
             trainer_logprobs = result.logprobs
         else:
@@ -514,6 +537,11 @@ class PPOLearner:
                     batch.prox.append([mb.behav for mb in minibatch])
                 elif m == 0 and self.prox_from_first_forward:
                     batch.prox.append([None] * len(minibatch))
+                elif m > 0 and config.proximal == "loglinear":  # from each forward of the update (loglinear_prox)
+                    batch.prox.append([None] * len(minibatch))
+                    if m == 1:  # the exact pi_prox of one micro-batch per rank: the approximation's error
+                        batch.prox_exact_sample = microbatch_logprobs(self.model, minibatch[0], batch.temperature,
+                                                                      False, batch.top_p, batch.top_k)[0]
                 else:
                     batch.prox.append([microbatch_logprobs(self.model, mb, batch.temperature, False, batch.top_p,
                                                            batch.top_k)[0] for mb in minibatch])
@@ -537,9 +565,39 @@ class PPOLearner:
         """Copy the weights about to be updated (version self.version) into `previous` (shard by shard under FSDP)."""
         if self.previous is None:
             return
+        for module in (self.model, self.previous):  # FSDP2 leaves the root unsharded after a forward: shard it back
+            for unit in module.modules():
+                if hasattr(unit, "reshard") and hasattr(unit, "unshard"):
+                    unit.reshard()
         for kept, live in zip(self.previous.parameters(), self.model.parameters()):
             kept.copy_(live)
         self.previous_version = self.version
+
+    def _add_metrics(self, sums: dict[str, float], mb: _MicroBatch, result: _MicroBatchResult, m: int,
+                     exact_prox: torch.Tensor | None, total_tokens: float, n_mini: int) -> float:
+        """Add micro-batch `mb`'s part (of minibatch m) to this rank's metric sums; returns its largest mismatch
+        |delta| (0 where it measured none). exact_prox: pi_prox recomputed for it, to measure a log-linear one."""
+        stats = result.stats
+        sums["loss"] += result.loss.item() / n_mini
+        sums["kl_ref"] += result.kl / n_mini
+        weight = stats.tokens / max(total_tokens, 1.0)
+        for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
+            sums[key] += getattr(stats, key) * weight
+        for key, count in (("behav_capped_fraction", stats.capped_tokens),  # shares of the policy's tokens
+                           ("correction_masked_fraction", stats.masked_tokens),
+                           ("correction_truncated_fraction", stats.truncated_tokens)):
+            sums[key] += count / max(total_tokens, 1.0)
+        sums["entropy"] += float((result.entropy * mb.response).sum()) / max(total_tokens, 1.0)
+        if exact_prox is not None:
+            picked = mb.response > 0
+            sums["prox_error_sum"] += float((result.prox - exact_prox).abs()[picked].sum())
+            sums["prox_error_tokens"] += float(picked.sum())
+        mismatch = self._mismatch(mb, result, m == 0)
+        if mismatch is None:
+            return 0.0
+        for key, value in mismatch[0].items():
+            sums[f"mismatch_{key}"] += value
+        return mismatch[1]
 
     def ppo_update(self, batch: "PreparedBatch", advantages: torch.Tensor) -> dict[str, float]:
         """One optimizer step per minibatch on the decoupled PPO loss, then the LR schedule; the policy version
@@ -552,8 +610,8 @@ class PPOLearner:
         advantages = torch.as_tensor(advantages, dtype=torch.float32)
         total_tokens = float(sum(t.policy_tokens for t in trajectories))
         keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction",
-                "correction_masked_fraction", "correction_truncated_fraction", "entropy",
-                *(f"mismatch_{key}" for key in MISMATCH_KEYS))
+                "correction_masked_fraction", "correction_truncated_fraction", "entropy", "prox_error_sum",
+                "prox_error_tokens", *(f"mismatch_{key}" for key in MISMATCH_KEYS))
         sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
         mismatch_max = 0.0
         if batch.previous_mismatch is not None:
@@ -577,26 +635,12 @@ class PPOLearner:
                 if mb.indices:  # (an empty micro-batch keeps its zero advantage)
                     mb.advantages = advantages[mb.indices].to(self.device)
                 result = self._microbatch_loss(mb, batch.prox[m][j], batch.ref[m][j], batch, mini_tokens,
-                                               mini_sequences)
+                                               mini_sequences, m / n_mini)
                 # FSDP averages gradients over the ranks; each rank's loss is already its share of the sum,
                 # so scale by the rank count to make the reduced gradient the local trainer's sum.
                 (result.loss * dp.size).backward()
-                stats = result.stats
-                sums["loss"] += result.loss.item() / n_mini
-                sums["kl_ref"] += result.kl / n_mini
-                weight = stats.tokens / max(total_tokens, 1.0)
-                for key in ("clip_fraction", "behav_weight_mean", "approx_kl"):
-                    sums[key] += getattr(stats, key) * weight
-                for key, count in (("behav_capped_fraction", stats.capped_tokens),  # shares of the policy's tokens
-                                   ("correction_masked_fraction", stats.masked_tokens),
-                                   ("correction_truncated_fraction", stats.truncated_tokens)):
-                    sums[key] += count / max(total_tokens, 1.0)
-                sums["entropy"] += float((result.entropy * mb.response).sum()) / max(total_tokens, 1.0)
-                mismatch = self._mismatch(mb, result, m == 0)
-                if mismatch is not None:
-                    for key, value in mismatch[0].items():
-                        sums[f"mismatch_{key}"] += value
-                    mismatch_max = max(mismatch_max, mismatch[1])
+                exact = batch.prox_exact_sample if (m, j) == (1, 0) else None
+                mismatch_max = max(mismatch_max, self._add_metrics(sums, mb, result, m, exact, total_tokens, n_mini))
             grad_norms.append(clip_gradients(self.model, config.grad_clip))
             if not skip:
                 self.optimizer.step()
@@ -613,7 +657,9 @@ class PPOLearner:
         mixed = [len(set(v)) > 1 for v in group_rewards.values()]
         groups = [mb for minibatch in plan for mb in minibatch]
         return {
-            **{key: value for key, value in sums.items() if not key.startswith("mismatch_")},
+            **{key: value for key, value in sums.items() if not key.startswith(("mismatch_", "prox_error"))},
+            **({"prox_approx_error": sums["prox_error_sum"] / sums["prox_error_tokens"]}
+               if sums["prox_error_tokens"] else {}),
             **mismatch_metrics(sums, mismatch_max),
             "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr,
             "reward_mean": sum(t.reward.score for t in trajectories) / len(trajectories),

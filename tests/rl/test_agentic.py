@@ -125,7 +125,7 @@ def test_the_budget_cuts_a_stalled_generation_or_a_waiting_workflow_and_keeps_wh
     request is aborted, not left running), or a wait of the workflow's own. The episode ends there, scored on its
     turns so far; one cut before any policy turn ended has nothing to train on and is a counted failure."""
     async def episode_of(script, paused_from_start=False):
-        workflow = {"name": "scripted", "options": {"tools": ["naps"], "budget_s": 1.0, "script": script}}
+        workflow = {"name": "scripted", "options": {"tools": ["naps"], "budget_s": 4.0, "script": script}}
         task = _task(tmp_path, workflow)
         async with LocalEngine(model_dirs[0], max_seq_len=256) as engine, \
                 RewardService(RewardServiceConfig(workers=1)) as rewards:
@@ -143,6 +143,7 @@ def test_the_budget_cuts_a_stalled_generation_or_a_waiting_workflow_and_keeps_wh
                 await asyncio.sleep(0.05)
             return episode, elapsed, engine.requests
 
+    # (a budget of 4 s: the first turn and its scoring fit in it on a busy machine too)
     for script, roles in [(["tool:naps:0.01", "pause-engine"], ["assistant", "tool", "assistant"]),
                           (["wait:60"], ["assistant"]),
                           (["score", "wait:60"], ["assistant", "assistant"])]:
@@ -153,7 +154,7 @@ def test_the_budget_cuts_a_stalled_generation_or_a_waiting_workflow_and_keeps_wh
         assert episode.final_response() == episode.last_policy_text()  # scored on its last turn, not an earlier one
     episode, elapsed, left = asyncio.run(episode_of([], paused_from_start=True))
     assert episode.ended_by == "budget" and episode.tokens == [] and left == 0
-    assert episode.reward.error == "budget_s=1 ran out before the episode's first policy turn ended"
+    assert episode.reward.error == "budget_s=4 ran out before the episode's first policy turn ended"
 
 
 def test_the_loss_and_its_normaliser_count_the_policys_tokens_only(model_dirs):
@@ -175,8 +176,9 @@ def test_the_loss_and_its_normaliser_count_the_policys_tokens_only(model_dirs):
     for masked in (0.0, -50.0):
         mb = build_microbatch([trajectory(masked)], [0], 0, torch.device("cpu"))
         mb.advantages = torch.tensor([1.0])
-        loss, stats, _, _ = learner._microbatch_loss(mb, None, None, 1.0, float(trajectory(masked).policy_tokens), 1)
-        losses.append((loss.item(), stats.tokens))
+        prepared = learner.prepare([trajectory(masked)], 1.0)
+        result = learner._microbatch_loss(mb, None, None, prepared, float(trajectory(masked).policy_tokens), 1)
+        losses.append((result.loss.item(), result.stats.tokens))
     assert losses[0] == losses[1] and losses[0][1] == 4
     batch = learner.prepare([trajectory(-50.0), trajectory(0.0)], 1.0)
     learner.recompute_proximal(batch)

@@ -83,6 +83,15 @@ def test_fsdp_losses_match_the_local_trainer_step_by_step(runs):
     # the steps did real work: losses differ from step to step, and clipping and the KL term are active
     assert len({round(m["loss"], 6) for m in local}) == 3
     assert all(m["kl_ref"] >= 0 for m in fsdp) and any(m["kl_ref"] > 0 for m in fsdp)
+    # The batches' tokens are of version 0. Step 1 (the trainer at 0): the engine/trainer gap against pi_prox on
+    # every token, the same on both backends; step 2 (at 1): one version old, measured with the kept weights of
+    # version 0 on each rank's first micro-batch (a sample: its size differs with the ranks); step 3: none left.
+    for key in ("mismatch_kl", "mismatch_abs_mean", "mismatch_abs_max", "mismatch_tokens"):
+        assert fsdp[0][key] == pytest.approx(local[0][key], rel=1e-3, abs=1e-7), key
+    assert local[0]["mismatch_abs_mean"] > 0.01  # make_batch's behaviour noise
+    assert fsdp[1]["mismatch_tokens"] > 0 and local[1]["mismatch_tokens"] > 0
+    assert fsdp[1]["mismatch_abs_mean"] == pytest.approx(local[1]["mismatch_abs_mean"], rel=0.5)
+    assert fsdp[2]["mismatch_tokens"] == local[2]["mismatch_tokens"] == 0
 
 
 def test_fsdp_publishes_the_same_weights_as_the_local_trainer(runs, model_dir):

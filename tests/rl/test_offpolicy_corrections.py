@@ -144,3 +144,35 @@ def test_a_token_the_proximal_policy_excludes_is_masked_not_infinite(correction)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert stats.masked_tokens >= 1 and lp.grad[0, 1] == 0
+
+
+def test_the_loglinear_prox_by_hand():
+    """v = 3, half of the step's optimizer steps taken (progress 0.5): a token of version 2 gets alpha = 1 / 1.5, one
+    of version 3 (the trainer's) keeps its behaviour log-prob, a position off the response is left as it was."""
+    from areal_core.rl.trainer import loglinear_prox
+
+    behav = torch.tensor([[-1.0, -2.0, -0.5]])
+    logprobs = torch.tensor([[-1.6, -1.0, -3.0]])
+    versions = torch.tensor([[2, 3, -1]])
+    prox = loglinear_prox(behav, logprobs, versions, version=3, progress=0.5)
+    assert prox.tolist()[0] == pytest.approx([-1.0 + (1 / 1.5) * (-0.6), -2.0, -0.5])
+
+
+def test_loglinear_prox_skips_the_recompute_pass_and_reports_its_error(model_dir):
+    """proximal=loglinear runs one forward before the update (the error's sample) where recompute runs one per
+    micro-batch of the later minibatches, and the step reports the approximation's mean absolute error."""
+    batch = [dataclasses.replace(t, output_versions=[4] * len(t.output_token_ids)) for t in make_batch(model_dir, 9, 6)]
+    counts = {}
+    for proximal in ("recompute", "loglinear"):
+        config = TrainerConfig(proximal=proximal, ppo_minibatches=2, micro_batch_tokens=64, lr=1e-2)
+        trainer = LocalTrainer(model_dir, config, 10, version=5)
+        calls = []
+        hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
+        prepared = trainer.prepare(batch, 1.0)
+        trainer.recompute_proximal(prepared)
+        counts[proximal] = (len(calls), len(prepared.microbatches[1]))
+        hook.remove()
+        metrics = trainer.ppo_update(prepared, torch.linspace(-1, 1, len(batch)))
+        assert math.isfinite(metrics["loss"])
+    assert counts["recompute"][0] == counts["recompute"][1] > 1 and counts["loglinear"][0] == 1
+    assert 0 < metrics["prox_approx_error"] < 0.5

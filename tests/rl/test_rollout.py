@@ -6,7 +6,7 @@ import pytest
 from areal_core.engine.local import LocalEngine
 from areal_core.engine.model import init_model
 from areal_core.rewards import RewardService, RewardServiceConfig
-from areal_core.rl.rollout import RolloutConfig, RolloutController, staleness_histogram
+from areal_core.rl.rollout import RolloutConfig, RolloutController, RolloutInterrupted, staleness_histogram
 from areal_core.tasks import get_task
 
 
@@ -123,3 +123,83 @@ def test_training_grades_in_the_tasks_train_mode_strict_by_default(data_dir, mon
     assert verify(sample["reference"], response, **controller.reward_options).correct is False
     assert verify(sample["reference"], response, **eval_reward_options(task)[0]).correct is True
     assert verify(sample["reference"], f"\\boxed{{{sample['reference']}}}", **controller.reward_options).correct
+
+
+def test_dynamic_sampling_fills_batches_with_groups_that_carry_a_signal(model_dir, plugin_dirs, monkeypatch, tmp_path):
+    """Half the prompts always score 0 (uniform groups, no gradient): with dynamic sampling they are dropped and
+    more prompts generated in their place, so every batch holds batch_size groups with mixed rewards, in
+    admission order, each within the staleness bound; the uniform ones freed their slots under the gate."""
+    from areal_core.plugins import reset_plugin_manager
+    from areal_core.rl.rollout import is_uniform
+    from areal_core.tasks import Task, task_spec_from_dict
+
+    monkeypatch.syspath_prepend(str(plugin_dirs["testkit"]))
+    monkeypatch.setenv("AREAL_PLUGINS", "testkit,arithmetic")
+    reset_plugin_manager()
+    rows = [f'{{"id": "r{i}", "question": "{i}+1=", "uniform": {str(i % 2 == 0).lower()}}}' for i in range(40)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    spec = task_spec_from_dict({"name": "half-uniform", "dataset": {"path": "d.jsonl"},
+                                "prompt": {"template": "{{ question }}"}, "reward": {"name": "parity"}}, "half-uniform")
+
+    async def run():
+        config = RolloutConfig(batch_size=3, group_size=4, max_staleness=0, max_new_tokens=6, temperature=1.0,
+                               dynamic_sampling=True, dynamic_sampling_max_prompts=40)
+        async with LocalEngine(model_dir) as engine, RewardService(RewardServiceConfig(workers=1)) as rewards:
+            controller = RolloutController(Task(spec, tmp_path), engine, rewards, engine.tokenizer, config)
+            controller.start()
+            batches, used = [], []
+            for version in (1, 2):
+                batches.append(await asyncio.wait_for(controller.next_batch(), timeout=120))
+                used.append(controller.last_batch_prompts)
+                await controller.set_version(version)
+            await settle(controller)
+            state = controller.state_dict()
+            await controller.stop()
+            return batches, used, state
+
+    try:
+        batches, used, state = asyncio.run(run())
+    finally:
+        reset_plugin_manager()
+    numbers = [int(g.group_id[1:]) for batch in batches for g in batch]
+    assert numbers == sorted(numbers) and len(numbers) == 6
+    assert all(not is_uniform(g) and g.sample_id in {f"r{i}" for i in range(1, 40, 2)} for batch in batches for g in batch)
+    assert all(batch_size >= 3 for batch_size in used) and sum(used) == state["consumed"] > 6  # uniform ones skipped
+    assert all(g.submitted_at_version == k for k, batch in enumerate(batches) for g in batch)   # eta = 0 held
+    # every admitted prompt past the consumed ones is within the gate: batch_size non-discarded slots at version 2
+    assert state["submitted"] - state["discarded"] <= 3 * 3
+
+
+def test_a_rollout_ended_by_a_base_exception_stops_the_run_instead_of_leaving_it_hanging(model_dir):
+    """pytest-timeout's Failed (a BaseException) once hit a rollout task: the task ended without its group and the
+    run waited for that group forever. Now the group finishes empty, counted, and next_batch raises the exception;
+    a cancellation from anywhere but stop() is a counted failure of its prompt."""
+    class Interrupted(BaseException):
+        pass
+
+    async def run(error):
+        config = RolloutConfig(batch_size=2, group_size=2, max_staleness=0, max_new_tokens=3)
+        async with LocalEngine(model_dir) as engine, RewardService(RewardServiceConfig(workers=1)) as rewards:
+            controller = RolloutController(get_task("arithmetic-test"), engine, rewards, engine.tokenizer, config)
+            real_run = controller.episodes.run
+
+            async def run_episode(sample, sampling, rid):
+                if rid == "p1.0":
+                    raise error
+                return await real_run(sample, sampling, rid)
+
+            controller.episodes.run = run_episode  # the fault, injected into one prompt's episodes
+            controller.start()
+            try:
+                return await asyncio.wait_for(controller.next_batch(), timeout=60), controller
+            except RolloutInterrupted as exc:
+                return exc, controller
+            finally:
+                await controller.stop()
+
+    raised, controller = asyncio.run(run(Interrupted("timeout")))
+    assert isinstance(raised, RolloutInterrupted) and "prompt 1: Interrupted: timeout" in str(raised)
+    assert controller.dropped == {"rollout failed: Interrupted": 2}
+    batch, controller = asyncio.run(run(asyncio.CancelledError()))
+    assert [len(g.trajectories) for g in batch] == [2, 0]
+    assert controller.dropped == {"rollout failed: CancelledError": 2}

@@ -88,3 +88,31 @@ def test_training_with_an_async_latency_bound_reward_loses_nothing_and_counts_ti
     with pytest.raises(Exception) as failure:
         asyncio.run(run_training(slow, echo=lambda *a: None))
     assert "timed out after 0.5s" in str(failure.value)
+
+
+def test_a_low_precision_engine_shows_its_mismatch_in_every_output_of_the_run(tmp_path, cache_dir, monkeypatch):
+    """A float8 engine against the float32 trainer: the gap is measured every step (the trainer's version against
+    pi_prox, older tokens against the kept previous weights) and shows in metrics.jsonl, TensorBoard (with the
+    staleness histogram as scalars), the plot's lower panel, summary.json and a warning past mismatch_warn_kl."""
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("AREAL_CACHE_DIR", str(cache_dir))
+    said = []
+    run = config(tmp_path, "steps=4", "engine.dtype=float8", "tensorboard=true", "eval.limit=50",
+                 "trainer.mismatch_warn_kl=1e-6", "checkpoint_every=0")
+    summary = asyncio.run(run_training(run, echo=said.append))
+    run_dir = tmp_path / summary["run_dir"].split("/")[-1]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["mismatch_tokens"] > 0 and m["mismatch_kl"] > 1e-5 for m in metrics)  # float32 engines: ~1e-9
+    assert all(m["mismatch_abs_max"] >= m["mismatch_abs_mean"] > 0 for m in metrics)
+    assert summary["mismatch"]["kl_mean"] == pytest.approx(sum(m["mismatch_kl"] for m in metrics) / 4)
+    warnings = [s for s in said if s.startswith("warning: step") and "mismatch KL" in s]
+    assert len(warnings) == 1 and "trainer.correction=mask" in warnings[0]  # then at most every 50 steps
+    assert any(s.startswith("engine/trainer mismatch: KL") for s in said)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"mismatch_kl", "mismatch_abs_mean", "behav_capped_fraction"} <= set(tags)
+    assert any(tag.startswith("staleness_hist/") for tag in tags)
+    assert Image.open(run_dir / "reward_curve.png").size[1] > 600  # two panels (one is 440 px high)
