@@ -113,6 +113,9 @@ def build(cls: type[T], data: Any, key: str = "") -> T:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {_describe(data)}")
+    upgrade = getattr(cls, "upgrade_keys", None)
+    if callable(upgrade):  # keys an earlier version wrote (a saved config.yaml being resumed), in today's terms
+        data = upgrade(dict(data))
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for name in data:

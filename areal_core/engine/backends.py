@@ -56,6 +56,10 @@ def _servers(server_process: ServerStarter, sglang: bool = False):
         from areal_core.engine.sglang_client import SGLangEngine, returns_original_logprobs
 
         _check(config, target, needs_model=not target.urls)
+        if config.dtype != "float32" and (sglang or target.urls):
+            raise ConfigError(f"engine.dtype={config.dtype} sets the dtype of engines areal starts itself (local, "
+                              "server); give SGLang its own (--dtype in engine.launch_args), servers already running "
+                              "keep theirs")
         async with contextlib.AsyncExitStack() as stack:
             urls = list(target.urls)
             if not urls:

@@ -146,8 +146,11 @@ def round_weights_to_float4(model, block: int = 32) -> None:
     block's largest magnitude maps to 6), in place."""
     import torch
 
-    values = torch.tensor(_E2M1)
     layers = [m for m in model.modules() if type(m).__name__ in set(getattr(model, "_no_split_modules", None) or ())]
+    if not layers:
+        raise ModelError(f"float4: {type(model).__name__} declares no decoder layer type (_no_split_modules) whose "
+                         "linear weights to round")
+    values = torch.tensor(_E2M1, device=next(model.parameters()).device)
     with torch.no_grad():
         for layer in layers:
             for module in layer.modules():

@@ -62,6 +62,9 @@ def output_json(output: GenerateOutput, return_logprob: bool, current_version: i
     if return_logprob:
         meta["output_token_logprobs"] = [[lp, tok, None] for lp, tok in zip(output.output_logprobs, output.output_ids)]
         meta["output_token_logprobs_length"] = len(output.output_ids)
+        # SGLang's return_sampling_mask answer: the local engine's log-probs already are those of the truncated,
+        # renormalised distribution (engine/protocol.py)
+        meta["output_token_sampling_logprobs"] = list(output.output_logprobs)
     return {"text": output.text, "output_ids": output.output_ids, "meta_info": meta}
 
 

@@ -77,13 +77,14 @@ OFF_POLICY_CORRECTIONS: dict[str, tuple[float, float] | None] = {
 
 def check_correction(correction: str, bounds: Sequence[float] | None) -> tuple[float, float] | None:
     """The bounds [lo, hi] the correction uses (its defaults when `bounds` is None); ValueError for an unknown
-    correction or bounds that are not 0 <= lo < hi."""
+    correction or bounds that are not 0 <= lo <= 1 <= hi."""
     if correction not in OFF_POLICY_CORRECTIONS:
         raise ValueError(f"unknown off-policy correction {correction!r}; one of {', '.join(OFF_POLICY_CORRECTIONS)}")
     if bounds is None or correction == "none":
         return OFF_POLICY_CORRECTIONS[correction]
-    if len(bounds) != 2 or not 0.0 <= bounds[0] < bounds[1]:
-        raise ValueError(f"correction_bounds must be [lo, hi] with 0 <= lo < hi, got {list(bounds)}")
+    if len(bounds) != 2 or not 0.0 <= bounds[0] <= 1.0 <= bounds[1] or bounds[0] == bounds[1]:
+        raise ValueError(f"correction_bounds must be [lo, hi] with 0 <= lo <= 1 <= hi, lo < hi (an on-policy token, "
+                         f"w = 1, must pass), got {list(bounds)}")
     return float(bounds[0]), float(bounds[1])
 
 

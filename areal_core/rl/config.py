@@ -169,6 +169,20 @@ class TrainerConfig:
             words.append(str(word))
         self.torchrun_args = words
 
+    @staticmethod
+    def upgrade_keys(data: dict[str, Any]) -> dict[str, Any]:
+        """behav_cap / behav_cap_mode (before trainer.correction) as today's keys: mode mask is correction mask,
+        mode cap is tis, both with bounds [0, behav_cap]; behav_cap null is correction none."""
+        if "behav_cap" not in data and "behav_cap_mode" not in data:
+            return data
+        cap, mode = data.pop("behav_cap", 5.0), data.pop("behav_cap_mode", "mask")
+        if cap is None:
+            data.setdefault("correction", "none")
+        else:
+            data.setdefault("correction", "tis" if mode == "cap" else "mask")
+            data.setdefault("correction_bounds", [0.0, cap])
+        return data
+
     def validate(self) -> None:
         check_backend("trainer", self.backend)
         check_correction(self.correction, self.correction_bounds)
@@ -226,7 +240,10 @@ class TrainConfig:
 
 # Keys that fix which prompts a checkpoint has trained on (batch k is prompts [kB, (k+1)B) of the task's
 # order under rollout.seed): changed on resume, prompts would be skipped or trained twice.
-RESUME_FIXED_KEYS = ("task", "rollout.seed", "rollout.batch_size", "rollout.group_size")
+# The sampling keys too: the groups a checkpoint holds were drawn under them (their log-probs are of that
+# distribution), and dynamic sampling's slot accounting is in the checkpoint.
+RESUME_FIXED_KEYS = ("task", "rollout.seed", "rollout.batch_size", "rollout.group_size", "rollout.temperature",
+                     "rollout.top_p", "rollout.top_k", "rollout.dynamic_sampling")
 
 
 def check_resume_config(config: TrainConfig, saved: TrainConfig, run_dir: Path) -> None:

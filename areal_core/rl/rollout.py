@@ -323,11 +323,12 @@ class RolloutController:
             [group] = await self.replay_buffer.take([self.consumed])
             self.consumed += 1
             looked += 1
-            if is_uniform(group):
-                uniform.append(group)
-            elif self.version - group.submitted_at_version > self.config.max_staleness:
+            if self.version - group.submitted_at_version > self.config.max_staleness:
                 self.dropped["older than max_staleness (dynamic sampling)"] += len(group.trajectories)
-                await self._free_slot()
+                if not is_uniform(group):  # (a uniform one freed its slot when it finished)
+                    await self._free_slot()
+            elif is_uniform(group):
+                uniform.append(group)
             else:
                 informative.append(group)
         self.last_batch_prompts = looked

@@ -21,6 +21,7 @@ from areal_core.engine.protocol import truncated_logprobs, truncates
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
+    IMPOSSIBLE_LOGPROB,
     MAX_LOG_WEIGHT,
     MISMATCH_KEYS,
     PPOStats,
@@ -486,8 +487,10 @@ class PPOLearner:
             loss = loss * len(mb.indices) / mini_sequences
         kl_value = 0.0
         if ref is not None:
-            # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token.
-            delta = ref - logprobs
+            # k3 estimator of KL(pi_theta || pi_ref): exp(ref - lp) - (ref - lp) - 1, per token; bounded like log w
+            # (under top-p one of the two may exclude a token: a log-prob of -1e4) and 0 off the response.
+            delta = torch.where(mb.response > 0, (ref - logprobs).clamp(-MAX_LOG_WEIGHT, MAX_LOG_WEIGHT),
+                                torch.zeros_like(logprobs))
             kl = aggregate_tokens(torch.exp(delta) - delta - 1.0, mb.response, mode, tokens, mini_sequences)
             loss = loss + config.kl_coef * kl
             kl_value = kl.item()
@@ -588,8 +591,8 @@ class PPOLearner:
                            ("correction_truncated_fraction", stats.truncated_tokens)):
             sums[key] += count / max(total_tokens, 1.0)
         sums["entropy"] += float((result.entropy * mb.response).sum()) / max(total_tokens, 1.0)
-        if exact_prox is not None:
-            picked = mb.response > 0
+        if exact_prox is not None:  # (tokens either side excludes under top-p would swamp the mean: left out)
+            picked = (mb.response > 0) & (exact_prox > IMPOSSIBLE_LOGPROB) & (result.prox > IMPOSSIBLE_LOGPROB)
             sums["prox_error_sum"] += float((result.prox - exact_prox).abs()[picked].sum())
             sums["prox_error_tokens"] += float(picked.sum())
         mismatch = self._mismatch(mb, result, m == 0)
@@ -717,6 +720,7 @@ class PPOLearner:
             group["lr"] = lr
         set_rng_state(rng_states[self.dp.rank] if self.dp.rank < len(rng_states) else rng_states[0], self.device)
         self.version = version
+        self.previous_version = None  # the kept previous weights are not the checkpoint's
 
     def parameter_names(self) -> set[str]:
         return set(self.model.state_dict().keys())

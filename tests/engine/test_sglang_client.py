@@ -69,6 +69,24 @@ def test_many_concurrent_requests_are_spread_over_servers_and_match_the_model(ar
         assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
 
 
+def test_top_p_requests_to_areal_serve_return_the_truncated_distributions_logprobs(areal_pair):
+    """The client asks for the sampling support (return_sampling_mask) when top-p truncates; areal serve answers it
+    as SGLang does, with the renormalised log-probs the trainer recomputes."""
+    url = areal_pair[0].url
+    model_path, _ = served_model(url)
+    prompts = [[6 + i, 85, 7] for i in range(4)]
+
+    async def run():
+        async with SGLangEngine([url]) as engine:
+            params = SamplingParams(max_new_tokens=12, temperature=0.8, top_p=0.9, ignore_eos=True, seed=5)
+            return await asyncio.gather(*(engine.generate(GenerateRequest(p, params)) for p in prompts))
+
+    model = load_model(model_path)
+    for prompt, out in zip(prompts, asyncio.run(run())):
+        ref = reference_logprobs(model, prompt, out.output_ids, 0.8, top_p=0.9)
+        assert torch.allclose(ref, torch.tensor(out.output_logprobs), atol=LOGPROB_TOLERANCE)
+
+
 @pytest.mark.parametrize("mode", ["retract", "abort"])
 def test_pause_update_continue_completes_every_request_with_new_versions_and_logprobs(
         areal_pair, tiny_model, tiny_model_v1, mode):

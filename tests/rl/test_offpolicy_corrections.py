@@ -61,7 +61,7 @@ def test_sequence_mask_masks_whole_sequences_by_the_geometric_mean_of_their_weig
 def test_unknown_corrections_and_bad_bounds_are_refused_by_name():
     with pytest.raises(ValueError, match="unknown off-policy correction 'icepops'; one of mask, tis"):
         check_correction("icepops", None)
-    with pytest.raises(ValueError, match=r"correction_bounds must be \[lo, hi\] with 0 <= lo < hi, got \[2.0, 1.0\]"):
+    with pytest.raises(ValueError, match=r"correction_bounds must be \[lo, hi\] with 0 <= lo <= 1 <= hi.*got \[2.0, 1.0\]"):
         check_correction("tis", [2.0, 1.0])
     with pytest.raises(ConfigError, match="icepops"):
         load_config(TrainConfig, None, ["trainer.correction=icepops"])
@@ -176,3 +176,15 @@ def test_loglinear_prox_skips_the_recompute_pass_and_reports_its_error(model_dir
         assert math.isfinite(metrics["loss"])
     assert counts["recompute"][0] == counts["recompute"][1] > 1 and counts["loglinear"][0] == 1
     assert 0 < metrics["prox_approx_error"] < 0.5
+
+
+def test_a_config_saved_before_trainer_correction_still_loads(tmp_path):
+    """A run saved with behav_cap / behav_cap_mode resumes: the keys are read as today's correction keys."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text("trainer:\n  behav_cap: 4.0\n  behav_cap_mode: cap\n")
+    trainer = load_config(TrainConfig, saved, []).trainer
+    assert (trainer.correction, trainer.correction_bounds) == ("tis", [0.0, 4.0])
+    saved.write_text("trainer:\n  behav_cap: null\n")
+    assert load_config(TrainConfig, saved, []).trainer.correction == "none"
+    with pytest.raises(ValueError, match="0 <= lo <= 1 <= hi"):
+        check_correction("mask", [0.0, 0.9])   # would mask every on-policy token
