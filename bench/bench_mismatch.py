@@ -96,6 +96,12 @@ def run_cell(name: str, overrides: list[str], seed: int, steps: int, output: Pat
             if any("prox_approx_error" in m for m in run["metrics"]) else None}
 
 
+def mean_of(rows: list[dict], key: str, spec: str) -> str:
+    """The mean of `key` over the rows that recorded it (older results may lack timings), or a dash."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return format(statistics.fmean(values), spec) if values else "—"
+
+
 def report(results: list[dict]) -> str:
     by_cell: dict[str, list[dict]] = {}
     for result in results:
@@ -117,8 +123,7 @@ def report(results: list[dict]) -> str:
                      f"| {statistics.fmean(r['mismatch_kl'] for r in rows):.2g} "
                      f"| {statistics.fmean(r['mismatch_abs_mean'] for r in rows):.2g} "
                      f"| {statistics.fmean(r['corrected'] for r in rows):.2%} "
-                     f"| {statistics.fmean(r.get('train_seconds') or 0.0 for r in rows):.3f} "
-                     f"| {statistics.fmean(r.get('trajectories_per_second') or 0.0 for r in rows):.0f} |")
+                     f"| {mean_of(rows, 'train_seconds', '.3f')} | {mean_of(rows, 'trajectories_per_second', '.0f')} |")
         errors = [r["prox_approx_error"] for r in rows if r.get("prox_approx_error") is not None]
         if errors:
             lines[-1] += f" (pi_prox approximation error, mean abs: {statistics.fmean(errors):.2g})"
