@@ -648,7 +648,7 @@ class PPOLearner:
             if not skip:
                 self.optimizer.step()
         with warnings.catch_warnings():  # a skipped step: torch warns that the schedule moves without a step
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
             self.scheduler.step()
         self.version += 1
         sums = dict(zip(keys, dp.sum([sums[key] for key in keys])))
