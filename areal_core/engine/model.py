@@ -138,6 +138,12 @@ def round_engine_weights(model, dtype: str) -> None:
         round_weights_to_float4(model)
 
 
+def decoder_layers(model) -> list:
+    """The model's decoder layers: the modules of the types it declares unsplittable (`_no_split_modules`)."""
+    layer_types = set(getattr(model, "_no_split_modules", None) or ())
+    return [module for module in model.modules() if type(module).__name__ in layer_types]
+
+
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
@@ -146,7 +152,7 @@ def round_weights_to_float4(model, block: int = 32) -> None:
     block's largest magnitude maps to 6), in place."""
     import torch
 
-    layers = [m for m in model.modules() if type(m).__name__ in set(getattr(model, "_no_split_modules", None) or ())]
+    layers = decoder_layers(model)
     if not layers:
         raise ModelError(f"float4: {type(model).__name__} declares no decoder layer type (_no_split_modules) whose "
                          "linear weights to round")

@@ -156,8 +156,9 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
     (embeddings, final norm, output head)."""
     from torch.distributed.fsdp import fully_shard
 
-    layer_types = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in layer_types]
+    from areal_core.engine.model import decoder_layers
+
+    layers = decoder_layers(model)
     if not layers:
         raise TrainerError(f"cannot shard {type(model).__name__} with FSDP: it declares no decoder layer "
                            "type (_no_split_modules)")
