@@ -119,8 +119,11 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 # Engine dtypes beyond torch's, emulated where no such matmul runs (the CPU); arithmetic in bfloat16:
 #   "float8": weights rounded to float8 e4m3, one scale per tensor (an FP8 rollout engine);
 #   "float4": the decoder layers' linear weights rounded to e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6) with one scale per
-#             block of 32, embeddings and output head kept (MXFP4 / NVFP4-style 4-bit rollouts).
-WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16"}
+#             block of 32, embeddings and output head kept (MXFP4 / NVFP4-style 4-bit rollouts);
+#   "int3":   every matrix (decoder linears and embeddings, so a tied output head too) rounded to symmetric 3-bit
+#             integers (-3 .. 3) with one scale per block of 32 (GPTQ / AWQ-style 3-bit weights, group size 32):
+#             a mismatch past what serving engines usually have, for finding where corrections start to matter.
+WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16", "int3": "bfloat16"}
 
 
 def load_engine_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
@@ -136,6 +139,8 @@ def round_engine_weights(model, dtype: str) -> None:
         round_weights_to_float8(model)
     elif dtype == "float4":
         round_weights_to_float4(model)
+    elif dtype == "int3":
+        round_weights_to_int3(model)
 
 
 def decoder_layers(model) -> list:
@@ -145,6 +150,22 @@ def decoder_layers(model) -> list:
 
 
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_INT3 = (0.0, 1.0, 2.0, 3.0)
+
+
+def round_to_grid(weight, grid: tuple[float, ...], block: int = 32):
+    """`weight` [rows, cols] with each block of `block` inputs scaled so that its largest magnitude is the grid's
+    largest value, rounded to the nearest of +-`grid`, scaled back (float32)."""
+    import torch
+
+    weight = weight.float()
+    values = torch.tensor(grid, device=weight.device)
+    rows, cols = weight.shape
+    padded = torch.nn.functional.pad(weight, (0, (-cols) % block)).reshape(rows, -1, block)
+    scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / values.max()
+    scaled = padded / scale
+    nearest = (scaled.abs()[..., None] - values).abs().argmin(-1)
+    return (values[nearest] * scaled.sign() * scale).reshape(rows, -1)[:, :cols]
 
 
 def round_weights_to_float4(model, block: int = 32) -> None:
@@ -156,20 +177,22 @@ def round_weights_to_float4(model, block: int = 32) -> None:
     if not layers:
         raise ModelError(f"float4: {type(model).__name__} declares no decoder layer type (_no_split_modules) whose "
                          "linear weights to round")
-    values = torch.tensor(_E2M1, device=next(model.parameters()).device)
     with torch.no_grad():
         for layer in layers:
             for module in layer.modules():
-                if not isinstance(module, torch.nn.Linear):
-                    continue
-                weight = module.weight.float()
-                rows, cols = weight.shape
-                padded = torch.nn.functional.pad(weight, (0, (-cols) % block)).reshape(rows, -1, block)
-                scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 6.0
-                scaled = padded / scale
-                nearest = (scaled.abs()[..., None] - values).abs().argmin(-1)
-                rounded = (values[nearest] * scaled.sign() * scale).reshape(rows, -1)[:, :cols]
-                module.weight.copy_(rounded.to(module.weight.dtype))
+                if isinstance(module, torch.nn.Linear):
+                    module.weight.copy_(round_to_grid(module.weight, _E2M1, block).to(module.weight.dtype))
+
+
+def round_weights_to_int3(model, block: int = 32) -> None:
+    """Round every matrix weight (linear layers, embeddings) to symmetric int3 with a scale per block of `block`
+    inputs (the block's largest magnitude maps to 3), in place; vectors (norms, biases) keep their dtype."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.copy_(round_to_grid(parameter, _INT3, block).to(parameter.dtype))
 
 
 def round_weights_to_float8(model) -> None:

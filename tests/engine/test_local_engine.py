@@ -298,11 +298,21 @@ def test_the_recorded_logprob_is_that_of_the_renormalised_truncated_distribution
     assert all(lp == pytest.approx(expected[t], abs=1e-6) for t, lp in zip(tokens, logprobs))
 
 
-@pytest.mark.parametrize("dtype", ["float8", "float4"])
+def on_grid(weight: torch.Tensor, full: torch.Tensor, grid: list[float]) -> bool:
+    """Whether `weight` is `full` rounded to +-`grid` with one scale per block of 32 inputs (the block's largest
+    magnitude on the grid's largest value), within bfloat16 storage."""
+    blocks = torch.nn.functional.pad(full, (0, (-full.shape[1]) % 32)).reshape(full.shape[0], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / max(grid)
+    got = torch.nn.functional.pad(weight, (0, (-full.shape[1]) % 32)).reshape(blocks.shape) / scale
+    return bool(((got.abs()[..., None] - torch.tensor(grid)).abs().min(-1).values < 0.05).all())
+
+
+@pytest.mark.parametrize("dtype", ["float8", "float4", "int3"])
 def test_low_precision_engines_hold_rounded_weights_also_after_an_update(tiny_model, tiny_model_v1, dtype):
     """A float8 engine's matrices are float8 e4m3 numbers times one scale per tensor; a float4 engine's decoder
-    linear weights are e2m1 numbers times one scale per block of 32, its embeddings untouched. Weights loaded by an
-    update are rounded the same way (the engine samples with what a low-precision server would hold)."""
+    linear weights are e2m1 numbers times one scale per block of 32, its embeddings untouched; an int3 engine's
+    matrices, embeddings included, are integers -3..3 times one scale per block of 32. Weights loaded by an update
+    are rounded the same way (the engine samples with what a low-precision server would hold)."""
     def check(engine, source):
         reference = load_model(source).state_dict()
         for name, weight in engine.model.state_dict().items():
@@ -313,13 +323,12 @@ def test_low_precision_engines_hold_rounded_weights_also_after_an_update(tiny_mo
                 assert torch.allclose((weight / scale).to(torch.float8_e4m3fn).float() * scale, weight, rtol=1e-2), name
                 assert not torch.equal(weight, full), name
             elif dtype == "float4" and ".layers." in name and name.endswith("proj.weight"):
-                blocks = torch.nn.functional.pad(full, (0, (-full.shape[1]) % 32)).reshape(full.shape[0], -1, 32)
-                scale = blocks.abs().amax(-1, keepdim=True) / 6.0
-                got = torch.nn.functional.pad(weight, (0, (-full.shape[1]) % 32)).reshape(blocks.shape) / scale
-                grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-                assert ((got.abs()[..., None] - grid).abs().min(-1).values < 0.05).all(), name  # (bfloat16 storage)
+                assert on_grid(weight, full, [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]), name
             elif dtype == "float4" and "embed" in name:
                 assert torch.allclose(weight, full, rtol=1e-2, atol=1e-3), name  # bfloat16 only
+            elif dtype == "int3" and weight.dim() == 2:
+                assert on_grid(weight, full, [0.0, 1.0, 2.0, 3.0]), name
+                assert not torch.equal(weight, full), name
 
     async def run():
         async with LocalEngine(tiny_model, dtype=dtype) as engine:
