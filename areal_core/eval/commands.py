@@ -47,6 +47,7 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 @click.option("--k", "k_text", metavar="K1,K2,...", help="pass@k / maj@k to report (default: the task's k up to n, powers of two up to n, and n).")
 @click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature; 0 is greedy (default: the task's).")
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default: the task's).")
+@click.option("--top-k", type=click.IntRange(1), help="Sample from the k likeliest tokens only (default: off).")
 @click.option("--max-new-tokens", type=click.IntRange(1), help="Longest response (default: the task's).")
 @click.option("--limit", type=click.IntRange(1), help="Evaluate only the first N problems of each task.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed; each (problem, sample) draws from its own stream.")
@@ -77,8 +78,8 @@ DB_HELP = ("Results database: a file path (SQLite) or a SQLAlchemy URL such as p
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | None, k_text: str | None,
-                 temperature: float | None, top_p: float | None, max_new_tokens: int | None, limit: int | None,
-                 seed: int, name: str | None, db: str | None, output_dir: Path, force: bool,
+                 temperature: float | None, top_p: float | None, top_k: int | None, max_new_tokens: int | None,
+                 limit: int | None, seed: int, name: str | None, db: str | None, output_dir: Path, force: bool,
                  reward_options: tuple[str, ...], reward_workers: int, reward_timeout: float, reward_backend: str,
                  broker: str, tokenizer_path: str | None, concurrency: int, torch_threads: int | None,
                  quiet: bool, reward_mode: str | None = None) -> None:
@@ -106,7 +107,7 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
     obj = ctx.find_root().obj or {}
     ref = parse_model(model_text)
     tasks = [get_task(task, obj.get("data_dir"), obj.get("tasks_dirs", ())) for task in _task_list(tasks_text)]
-    requested: dict[str, Any] = {"n": n, "k": _k_list(k_text), "temperature": temperature, "top_p": top_p,
+    requested: dict[str, Any] = {"n": n, "k": _k_list(k_text), "temperature": temperature, "top_p": top_p, "top_k": top_k,
                                  "max_new_tokens": max_new_tokens, "limit": limit, "seed": seed}
     service = RewardServiceConfig(backend=reward_backend, workers=reward_workers, timeout=reward_timeout,
                                   broker_url=broker)

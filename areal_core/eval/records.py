@@ -14,7 +14,7 @@ Verdict = Literal["correct", "wrong", "error", "scored"]
 class EvalSettings:
     """How responses are produced. `temperature`, `top_p` and `max_new_tokens` are None for replayed
     responses (produced elsewhere). `k` only chooses which metrics are reported: it is not part of what
-    makes two evals identical, since every pass@k with k <= n comes from the same samples."""
+    makes two evals identical, since every pass@k with k <= n comes from the same samples. `top_k` -1 is off."""
 
     n: int
     k: tuple[int, ...] = (1,)
@@ -23,6 +23,7 @@ class EvalSettings:
     max_new_tokens: int | None = None
     limit: int | None = None
     seed: int = 0
+    top_k: int = -1
 
     @property
     def decoding(self) -> Literal["greedy", "sampled", "replay"]:
@@ -34,6 +35,8 @@ class EvalSettings:
         """The settings that change the samples (everything but k)."""
         data = dataclasses.asdict(self)
         data.pop("k")
+        if data["top_k"] == -1:
+            data.pop("top_k")  # (off: the identity evals stored before top_k existed have)
         return data
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,6 +53,8 @@ class EvalSettings:
         parts = ["greedy" if self.decoding == "greedy" else f"T={self.temperature:g}"]
         if self.decoding == "sampled" and self.top_p not in (None, 1.0):
             parts.append(f"top-p {self.top_p:g}")
+        if self.decoding == "sampled" and self.top_k != -1:
+            parts.append(f"top-k {self.top_k}")
         parts.append(f"{self.max_new_tokens} tokens")
         return f"n={self.n}, " + ", ".join(parts)
 

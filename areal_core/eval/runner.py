@@ -263,7 +263,7 @@ async def run_evals(ref: ModelRef, tasks: list[Task], store: ResultsStore, *, re
                     echo: Callable[[str], None] = print, progress: Progress | None = None,
                     reward_mode: str | None = None) -> list[TaskResult]:
     """`areal eval`: evaluate one model on each task, reusing identical finished runs and resuming
-    unfinished ones. requested: n, k, temperature, top_p, max_new_tokens, limit, seed (None: task default)."""
+    unfinished ones. requested: n, k, temperature, top_p, top_k, max_new_tokens, limit, seed (None: task default)."""
     from areal_core.rewards import RewardService
 
     reward_options = dict(reward_options or {})

@@ -117,7 +117,7 @@ def model_dir_hash(directory: str | Path, store: ResultsStore) -> str:
 def resolve_settings(task: Task, n: int | None = None, k: tuple[int, ...] | None = None,
                      temperature: float | None = None, top_p: float | None = None,
                      max_new_tokens: int | None = None, limit: int | None = None, seed: int = 0,
-                     replay: bool = False) -> EvalSettings:
+                     replay: bool = False, top_k: int | None = None) -> EvalSettings:
     """Settings from the command line, each one not given taken from the task's `eval` defaults.
     Default k: the task's k that fit under n, and the powers of two up to n, and n (points of a pass@k curve)."""
     defaults = task.spec.eval
@@ -134,7 +134,8 @@ def resolve_settings(task: Task, n: int | None = None, k: tuple[int, ...] | None
         return EvalSettings(n=n, k=ks, temperature=None, top_p=None, max_new_tokens=None, limit=limit, seed=seed)
     return EvalSettings(n=n, k=ks, temperature=defaults.temperature if temperature is None else temperature,
                         top_p=defaults.top_p if top_p is None else top_p,
-                        max_new_tokens=max_new_tokens or defaults.max_new_tokens, limit=limit, seed=seed)
+                        max_new_tokens=max_new_tokens or defaults.max_new_tokens, limit=limit, seed=seed,
+                        top_k=-1 if top_k is None else top_k)
 
 
 class ResponseSource(Protocol):
@@ -205,7 +206,8 @@ class EngineSource:
         from areal_core.engine.protocol import SamplingParams
 
         return SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                              top_p=settings.top_p, seed=sample_seed(settings.seed, sample["id"], sample_index))
+                              top_p=settings.top_p, top_k=settings.top_k,
+                              seed=sample_seed(settings.seed, sample["id"], sample_index))
 
     async def respond(self, task: Task, sample: dict[str, Any], sample_index: int,
                       settings: EvalSettings) -> tuple[str, str | None]:
@@ -282,7 +284,7 @@ class ReplaySource:
         return self._responses[task.name]
 
     def settings(self, task: Task, **requested: Any) -> EvalSettings:
-        for option in ("n", "temperature", "top_p", "max_new_tokens"):
+        for option in ("n", "temperature", "top_p", "top_k", "max_new_tokens"):
             if requested.get(option) is not None:
                 raise ConfigError(f"--{option.replace('_', '-')} does not apply to replayed responses "
                                   f"(--model {self.ref}): the file decides them")

@@ -201,7 +201,8 @@ class TrainingRun:
                                           ("sampled_accuracy", config.eval.sampled, rollout.temperature)):
             if not enabled:
                 continue
-            settings = EvalSettings(n=1, k=(1,), temperature=temperature, top_p=rollout.top_p, seed=config.seed,
+            settings = EvalSettings(n=1, k=(1,), temperature=temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                                    seed=config.seed,
                                     max_new_tokens=config.eval.max_new_tokens or rollout.max_new_tokens,
                                     limit=config.eval.limit)
             result = await evaluate_task(self.engine, self.eval_task, self.trainer.tokenizer, self.rewards, settings,

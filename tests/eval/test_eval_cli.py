@@ -124,6 +124,7 @@ def test_an_identical_eval_is_recognised_and_reported_from_the_store(areal, eval
     (["--model", "replay:{no_response}"], "no_response.jsonl:1: missing field 'response'"),
     (["--model", "replay:{partial}"], "no responses for 490 of the 500 problems of task 'arithmetic-test'"),
     (["--model", "replay:{partial}", "--n", "4"], "--n does not apply to replayed responses"),
+    (["--model", "replay:{partial}", "--top-k", "5"], "--top-k does not apply to replayed responses"),
     (["--model", "replay:{partial}", "--limit", "10", "--k", "2"], "--k 2: every k must be between 1 and n=1"),
     (["--model", "{tmp}"], "is not a Hugging Face model directory (no config.json)"),
     (["--model", "http://host:1"], "'http' is not an engine backend; expected a model directory, NAME:DIR, "

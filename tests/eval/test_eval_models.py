@@ -31,8 +31,8 @@ AREAL = str(Path(sys.executable).parent / "areal")
 
 def eval_in_process(model: Path | str, db: Path, out: Path, **requested) -> list:
     """The evaluator behind `areal eval`, in this process (saves a process start where the CLI is not the point)."""
-    settings = {"n": None, "k": None, "temperature": None, "top_p": None, "max_new_tokens": None, "limit": None,
-                "seed": 0, **requested}
+    settings = {"n": None, "k": None, "temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None,
+                "limit": None, "seed": 0, **requested}
 
     async def run():
         with ResultsStore(db) as store:
@@ -73,6 +73,23 @@ def test_eval_of_the_trained_model_reports_the_samples_and_accuracy_areal_train_
     assert [s.response for s in sampled.samples] == trained("sampled")
     assert len(set(trained("sampled"))) > 100
     assert sampled.metrics["accuracy"] == before["sampled_accuracy"]
+
+
+def test_top_k_one_at_temperature_one_draws_the_greedy_responses_and_is_another_eval(tiny_model, tmp_path):
+    """--top-k reaches the engine: sampling at T=1 from the single likeliest token is greedy decoding, response by
+    response, while T=1 without it draws other responses. It is part of what makes an eval: the top-k eval is
+    stored beside the untruncated one, not reported from it; without it the identity is the one stored before
+    top_k existed (so earlier results still match)."""
+    db, out = tmp_path / "evals.sqlite", tmp_path / "evals"
+    common = {"n": 1, "limit": 40, "max_new_tokens": 12, "seed": 3}
+    [greedy] = eval_in_process(tiny_model, db, out, temperature=0.0, **common)
+    [sampled] = eval_in_process(tiny_model, db, out, temperature=1.0, **common)
+    [top_one] = eval_in_process(tiny_model, db, out, temperature=1.0, top_k=1, **common)
+    assert [s.response for s in top_one.samples] == [s.response for s in greedy.samples]
+    assert [s.response for s in sampled.samples] != [s.response for s in greedy.samples]
+    assert top_one.run_id != sampled.run_id and top_one.settings.top_k == 1
+    assert "top-k 1" in top_one.settings.describe()
+    assert "top_k" not in sampled.settings.identity()
 
 
 def stored_samples(db: Path) -> int:
