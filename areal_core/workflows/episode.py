@@ -158,6 +158,14 @@ class EpisodeContext:
             return None
         return self.limits.budget_s - (time.monotonic() - self.started)
 
+    def time_left(self, limit: float | None = None) -> float | None:
+        """The seconds a step may run: `limit`, or what is left of the budget when that is less (at least 1 ms: a
+        step begun at the edge is cut, not refused); None when there is neither."""
+        remaining = self.remaining_s()
+        if remaining is None:
+            return limit
+        return max(0.001, remaining if limit is None else min(limit, remaining))
+
     def out_of_budget(self, episode: Episode) -> str | None:
         """Why the episode may not generate again (and records it as `ended_by`), or None."""
         limits, why = self.limits, None
@@ -193,14 +201,14 @@ class EpisodeContext:
         params = dataclasses.replace(self.sampling, **changes) if changes else self.sampling
         rid = self.rid if turn == 0 else f"{self.rid}.t{turn}"
         ids = episode.prompt_ids + episode.tokens if episode.tokens else episode.prompt_ids
-        request, remaining = GenerateRequest(ids, params, rid=rid), self.remaining_s()
+        request, timeout = GenerateRequest(ids, params, rid=rid), self.time_left()
         try:
-            if remaining is None:
+            if timeout is None:
                 output = await self.engine.generate(request)
             else:  # cut at the budget: the engine aborts the request (cancelled), its partial turn is not kept
-                output = await asyncio.wait_for(self.engine.generate(request), max(0.001, remaining))
+                output = await asyncio.wait_for(self.engine.generate(request), timeout)
         except asyncio.TimeoutError:
-            if remaining is None or (self.remaining_s() or 0) > 0:
+            if timeout is None or (self.remaining_s() or 0) > 0:
                 raise  # not the budget's cut: the engine's own error
             episode.ended_by = "budget"
             return None
@@ -242,10 +250,7 @@ class EpisodeContext:
     async def call_tool(self, name: str, arguments: str) -> Any:
         """Run tool `name`: always a ToolResult, an error message when the call failed (never an exception). It
         may run for tool_timeout_s, or what is left of the budget when that is less."""
-        timeout, remaining = self.limits.tool_timeout_s, self.remaining_s()
-        if remaining is not None:
-            timeout = max(0.001, min(timeout, remaining))
-        return await self._call_tool(name, arguments, timeout)
+        return await self._call_tool(name, arguments, self.time_left(self.limits.tool_timeout_s))
 
 
 def json_safe(value: Any) -> Any:
