@@ -6,8 +6,8 @@ than the float32 trainer learns with (`engine.dtype`):
     bfloat16   weights and arithmetic in bfloat16 (SGLang / vLLM's usual serving dtype)
     float8     weights rounded to float8 e4m3 (one scale per tensor), arithmetic in bfloat16 (an FP8 rollout engine)
     float4     decoder linear weights rounded to 4-bit e2m1 (one scale per 32), arithmetic in bfloat16 (FP4 rollouts)
-    int3       every matrix, embeddings and the tied head too, rounded to 3-bit integers (one scale per 32): a
-               mismatch past serving engines', to find where the corrections start to matter
+    int4       every matrix, embeddings and the tied head too, rounded to 4-bit integers (one scale per 32): W4 engines
+    int3       the same with 3-bit integers: a mismatch past serving engines', to find where corrections start to matter
 
 and every correction (`trainer.correction`: none, mask, tis, icepop, sequence_mask) trains on each, against the
 float32 engine as reference. One more cell samples with top_p=0.9 on the float32 engine: the engines record, and
@@ -36,7 +36,7 @@ from pathlib import Path
 import training_runs
 
 CORRECTIONS = ("none", "mask", "tis", "icepop", "sequence_mask")
-SOURCES = ("bfloat16", "float8", "float4", "int3")
+SOURCES = ("bfloat16", "float8", "float4", "int4", "int3")
 EVAL_TASK = "arithmetic-test"
 
 

@@ -40,9 +40,9 @@ def init_model_command(output_dir: Path, seed: int, num_hidden_layers: int | Non
 @click.option("--max-seq-len", type=click.IntRange(2), help="Longest prompt + output (default: the model's limit).")
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")
 @click.option("--dtype", default="float32", show_default=True,
-              type=click.Choice(["float32", "bfloat16", "float16", "float8", "float4", "int3"]),
-              help="float8 / float4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 3-bit integers, arithmetic in "
-                   "bfloat16")
+              type=click.Choice(["float32", "bfloat16", "float16", "float8", "float4", "int4", "int3"]),
+              help="float8 / float4 / int4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 4- or 3-bit integers, "
+                   "arithmetic in bfloat16")
 @click.option("--torch-threads", type=click.IntRange(1), help="torch intra-op threads (1 when sharing a small CPU).")
 @click.option("--weight-version", default=0, show_default=True, help="Version tag of the initial weights.")
 @click.option("--prefix-cache-slots", type=click.IntRange(0), default=0, show_default=True,

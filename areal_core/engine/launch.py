@@ -47,9 +47,9 @@ class EngineConfig:
     prefix_cache_slots: int = 0
     # local, server: the dtype of the engine's weights and arithmetic. bfloat16 samples from another policy than a
     # float32 trainer learns, the engine/trainer mismatch GPU engines have (bench/bench_mismatch.py); sglang: --dtype
-    # in launch_args. float8 / float4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 3-bit integers, arithmetic
-    # in bfloat16 (FP8, FP4 and 3-bit rollout engines, engine/model.py WEIGHT_DTYPES).
-    dtype: Literal["float32", "bfloat16", "float16", "float8", "float4", "int3"] = "float32"
+    # in launch_args. float8 / float4 / int4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 4- or 3-bit
+    # integers, arithmetic in bfloat16 (FP8, FP4, W4 and W3 rollout engines, engine/model.py WEIGHT_DTYPES).
+    dtype: Literal["float32", "bfloat16", "float16", "float8", "float4", "int4", "int3"] = "float32"
     startup_timeout: float = 300.0
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
 

@@ -347,7 +347,7 @@ class LocalEngine:
                     raise ModelError(f"{path}: {name} has shape {tuple(tensor.shape)}, expected {tuple(own[name].shape)}")
             for name, tensor in state.items():
                 own[name].copy_(tensor)
-        round_engine_weights(self.model, self.dtype)  # (a float8 / float4 / int3 engine rounds what it loads)
+        round_engine_weights(self.model, self.dtype)  # (a float8 / float4 / intN engine rounds what it loads)
 
     def _finish(self, req: _Running, reason: str, message: str | None = None) -> None:
         self._release(req, keep=reason != "abort")

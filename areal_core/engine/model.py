@@ -120,10 +120,10 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 #   "float8": weights rounded to float8 e4m3, one scale per tensor (an FP8 rollout engine);
 #   "float4": the decoder layers' linear weights rounded to e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6) with one scale per
 #             block of 32, embeddings and output head kept (MXFP4 / NVFP4-style 4-bit rollouts);
-#   "int3":   every matrix (decoder linears and embeddings, so a tied output head too) rounded to symmetric 3-bit
-#             integers (-3 .. 3) with one scale per block of 32 (GPTQ / AWQ-style 3-bit weights, group size 32):
-#             a mismatch past what serving engines usually have, for finding where corrections start to matter.
-WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16", "int3": "bfloat16"}
+#   "int4", "int3": every matrix (decoder linears and embeddings, so a tied output head too) rounded to symmetric
+#             4-bit (-7 .. 7) or 3-bit (-3 .. 3) integers with one scale per block of 32 (GPTQ / AWQ-style weights,
+#             group size 32); int3 is past what serving engines use, to find where corrections start to matter.
+WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16", "int4": "bfloat16", "int3": "bfloat16"}
 
 
 def load_engine_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
@@ -139,8 +139,8 @@ def round_engine_weights(model, dtype: str) -> None:
         round_weights_to_float8(model)
     elif dtype == "float4":
         round_weights_to_float4(model)
-    elif dtype == "int3":
-        round_weights_to_int3(model)
+    elif dtype in ("int4", "int3"):
+        round_weights_to_integers(model, bits=int(dtype[3:]))
 
 
 def decoder_layers(model) -> list:
@@ -150,7 +150,6 @@ def decoder_layers(model) -> list:
 
 
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_INT3 = (0.0, 1.0, 2.0, 3.0)
 
 
 def round_to_grid(weight, grid: tuple[float, ...], block: int = 32):
@@ -184,15 +183,17 @@ def round_weights_to_float4(model, block: int = 32) -> None:
                     module.weight.copy_(round_to_grid(module.weight, _E2M1, block).to(module.weight.dtype))
 
 
-def round_weights_to_int3(model, block: int = 32) -> None:
-    """Round every matrix weight (linear layers, embeddings) to symmetric int3 with a scale per block of `block`
-    inputs (the block's largest magnitude maps to 3), in place; vectors (norms, biases) keep their dtype."""
+def round_weights_to_integers(model, bits: int, block: int = 32) -> None:
+    """Round every matrix weight (linear layers, embeddings) to symmetric `bits`-bit integers (-(2^(bits-1) - 1) ..
+    2^(bits-1) - 1) with a scale per block of `block` inputs (the block's largest magnitude maps to the largest),
+    in place; vectors (norms, biases) keep their dtype."""
     import torch
 
+    grid = tuple(float(i) for i in range(2 ** (bits - 1)))
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() == 2:
-                parameter.copy_(round_to_grid(parameter, _INT3, block).to(parameter.dtype))
+                parameter.copy_(round_to_grid(parameter, grid, block).to(parameter.dtype))
 
 
 def round_weights_to_float8(model) -> None:

@@ -307,11 +307,11 @@ def on_grid(weight: torch.Tensor, full: torch.Tensor, grid: list[float]) -> bool
     return bool(((got.abs()[..., None] - torch.tensor(grid)).abs().min(-1).values < 0.05).all())
 
 
-@pytest.mark.parametrize("dtype", ["float8", "float4", "int3"])
+@pytest.mark.parametrize("dtype", ["float8", "float4", "int4", "int3"])
 def test_low_precision_engines_hold_rounded_weights_also_after_an_update(tiny_model, tiny_model_v1, dtype):
     """A float8 engine's matrices are float8 e4m3 numbers times one scale per tensor; a float4 engine's decoder
-    linear weights are e2m1 numbers times one scale per block of 32, its embeddings untouched; an int3 engine's
-    matrices, embeddings included, are integers -3..3 times one scale per block of 32. Weights loaded by an update
+    linear weights are e2m1 numbers times one scale per block of 32, its embeddings untouched; an int4 / int3
+    engine's matrices, embeddings included, are integers -7..7 / -3..3 times one scale per block of 32. Weights loaded by an update
     are rounded the same way (the engine samples with what a low-precision server would hold)."""
     def check(engine, source):
         reference = load_model(source).state_dict()
@@ -326,8 +326,8 @@ def test_low_precision_engines_hold_rounded_weights_also_after_an_update(tiny_mo
                 assert on_grid(weight, full, [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]), name
             elif dtype == "float4" and "embed" in name:
                 assert torch.allclose(weight, full, rtol=1e-2, atol=1e-3), name  # bfloat16 only
-            elif dtype == "int3" and weight.dim() == 2:
-                assert on_grid(weight, full, [0.0, 1.0, 2.0, 3.0]), name
+            elif dtype in ("int4", "int3") and weight.dim() == 2:
+                assert on_grid(weight, full, [float(i) for i in range(8 if dtype == "int4" else 4)]), name
                 assert not torch.equal(weight, full), name
 
     async def run():
