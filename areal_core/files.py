@@ -99,3 +99,16 @@ def atomic_directory(directory: str | Path, durable: bool = True, keep_existing:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+DATA_DIR_ENV = "AREAL_DATA_DIR"
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The data root: the argument, else ``$AREAL_DATA_DIR``, else ``$XDG_DATA_HOME/areal/data``."""
+    if data_dir:
+        return Path(data_dir).expanduser()
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "areal" / "data"

@@ -5,27 +5,49 @@ from pathlib import Path
 
 import click
 
+from areal_core.engine.presets import PRESETS
+
 
 @click.command("init-model")
 @click.argument("output_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--preset", type=click.Choice(list(PRESETS)),
+              help="A real-size architecture (random weights, a byte-level BPE tokenizer trained here on the eval "
+                   "data, Qwen's special tokens and chat template) instead of the tiny embedded model.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random initial weights.")
-@click.option("--layers", "num_hidden_layers", type=int, help="Decoder layers (default 3).")
-@click.option("--hidden-size", type=int, help="Hidden size (default 128).")
+@click.option("--layers", "num_hidden_layers", type=click.IntRange(1),
+              help="Decoder layers (default 3; with --preset, the preset's).")
+@click.option("--hidden-size", type=click.IntRange(1), help="Hidden size (default 128; not with --preset).")
+@click.option("--vocab-size", type=click.IntRange(16384), default=32768, show_default=True,
+              help="With --preset: the BPE vocabulary to train (at most; what the data yields may be less).")
 @click.option("--force", is_flag=True, help="Overwrite an existing model directory.")
-def init_model_command(output_dir: Path, seed: int, num_hidden_layers: int | None, hidden_size: int | None,
-                       force: bool) -> None:
-    """Create a tiny Qwen2 with a character-level tokenizer (CPU-sized). The demo's model (`areal train`
-    builds and caches its own) is `--layers 3 --hidden-size 96`."""
+@click.pass_context
+def init_model_command(ctx: click.Context, output_dir: Path, preset: str | None, seed: int,
+                       num_hidden_layers: int | None, hidden_size: int | None, vocab_size: int, force: bool) -> None:
+    """Create a model directory: by default a tiny Qwen2 with a character-level tokenizer (CPU-sized; the demo's
+    model, which `areal train` builds and caches itself, is `--layers 3 --hidden-size 96`); with --preset, a
+    real-size one (e.g. `--preset qwen2.5-0.5b`: 494M parameters, ~1 GB) to rehearse what users run."""
+    import json
+
     from areal_core.engine.model import ModelError, init_model
 
     if (output_dir / "config.json").exists() and not force:
         raise ModelError(f"{output_dir} already holds a model; pass --force to overwrite it")
+    if preset is not None:
+        from areal_core.engine.presets import init_preset_model
+
+        if hidden_size:
+            raise click.UsageError("--hidden-size does not apply to --preset (its shapes are the real model's)")
+        data_dir = (ctx.find_root().obj or {}).get("data_dir")
+        path = init_preset_model(output_dir, preset, seed=seed, data_dir=data_dir, vocab_size=vocab_size,
+                                 **({"num_hidden_layers": num_hidden_layers} if num_hidden_layers else {}))
+        info = json.loads((path / "areal_model.json").read_text())
+        click.echo(f"created {path}: {preset}, {info['parameters']:,} parameters, byte-level BPE tokenizer of "
+                   f"{info['tokenizer_vocab']:,} tokens")
+        return
     overrides = {k: v for k, v in {"num_hidden_layers": num_hidden_layers, "hidden_size": hidden_size}.items() if v}
     if hidden_size:
         overrides["intermediate_size"] = 3 * hidden_size
     path = init_model(output_dir, seed=seed, **overrides)
-    import json
-
     info = json.loads((path / "areal_model.json").read_text())
     click.echo(f"created {path}: Qwen2, {info['num_hidden_layers']} layers, hidden {info['hidden_size']}, "
                f"character tokenizer")

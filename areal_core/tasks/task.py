@@ -1,7 +1,6 @@
 """A task spec bound to its data: rows read from a local file, the hub or a generator, mapped to samples."""
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from itertools import islice
@@ -9,21 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from areal_core.errors import DatasetError, TaskSpecError, UnknownNameError
+from areal_core.files import DATA_DIR_ENV, resolve_data_dir
 from areal_core.tasks.prompts import EmptyPromptField, encode_prompt, render_prompt
 from areal_core.tasks.spec import FieldSpec, TaskSpec
 
-DATA_DIR_ENV = "AREAL_DATA_DIR"
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
-
-
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """The data root: the argument, else ``$AREAL_DATA_DIR``, else ``$XDG_DATA_HOME/areal/data``."""
-    if data_dir:
-        return Path(data_dir).expanduser()
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "areal" / "data"
 
 
 def _normalise(value: Any, tp: str, where: str) -> Any:
