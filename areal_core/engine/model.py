@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import string
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +106,20 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+# from_pretrained builds the model on the meta device under process-wide state: two threads loading at once can
+# leave one model on meta ("Cannot copy out of meta tensor", seen when two benchmark runs ended together).
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
-    """Load a causal LM from a local directory (no hub access)."""
+    """Load a causal LM from a local directory (no hub access); one load at a time in a process."""
     import torch
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
     path = check_model_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
+    with _LOAD_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
     return model.to(device).eval()
 
 
