@@ -1,0 +1,135 @@
+"""Weights streamed from the trainer to the engines over a process group, in buckets (SGLang's protocol).
+
+The trainer is rank 0 of a group of its own ("weight_update_group"); each engine server takes the ranks from
+its `rank_offset` (one per tensor-parallel rank). Every update is a sequence of buckets: the trainer tells the
+engines the bucket's names, dtypes and shapes (`/update_weights_from_distributed`, `load_format` =
+"flattened_bucket") and broadcasts the bucket as one flat byte tensor, each tensor's bytes in order; the last
+bucket carries the new weight version. NCCL on GPUs; gloo on CPUs (`areal serve` and SGLang's CPU server).
+
+The group is separate from any default process group (a trainer under torchrun has its own): it is built with
+torch's process-group helper the way SGLang builds it, so both ends meet at one TCP rendezvous.
+"""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_GROUP = "weight_update_group"
+FLATTENED_BUCKET = "flattened_bucket"
+
+
+def init_custom_process_group(backend: str, init_method: str, world_size: int, rank: int, group_name: str,
+                              timeout: float = 300.0) -> Any:
+    """A process group of `world_size` ranks that meet at `init_method` (tcp://HOST:PORT; rank 0 hosts the
+    store), independent of torch.distributed's default group (which need not exist)."""
+    from torch.distributed.distributed_c10d import (Backend, PrefixStore, _new_process_group_helper, _world,
+                                                    rendezvous)
+
+    wait = datetime.timedelta(seconds=timeout)
+    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=wait))
+    store.set_timeout(wait)
+    group, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), PrefixStore(group_name, store),
+                                         group_name=group_name, backend_options=None, timeout=wait)
+    _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One broadcast: these tensors' bytes, one after another."""
+    names: list[str]
+    dtypes: list[str]          # torch dtype names without "torch.", as SGLang reads them
+    shapes: list[list[int]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(_itemsize(d) * _numel(s) for d, s in zip(self.dtypes, self.shapes))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"names": self.names, "dtypes": self.dtypes, "shapes": self.shapes, "load_format": FLATTENED_BUCKET}
+
+
+def _itemsize(dtype: str) -> int:
+    return getattr(torch, dtype).itemsize
+
+
+def _numel(shape: list[int]) -> int:
+    out = 1
+    for dim in shape:
+        out *= dim
+    return out
+
+
+def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], cap_bytes: int
+            ) -> Iterator[tuple[Bucket, list[torch.Tensor]]]:
+    """The tensors grouped in order into buckets of at most `cap_bytes` (a tensor larger than the cap is a
+    bucket of its own): the most memory one broadcast holds beyond the weights themselves."""
+    names: list[str] = []
+    tensors: list[torch.Tensor] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensors and size + nbytes > cap_bytes:
+            yield _bucket(names, tensors), tensors
+            names, tensors, size = [], [], 0
+        names.append(name)
+        tensors.append(tensor)
+        size += nbytes
+    if tensors:
+        yield _bucket(names, tensors), tensors
+
+
+def _bucket(names: list[str], tensors: list[torch.Tensor]) -> Bucket:
+    return Bucket(list(names), [str(t.dtype).removeprefix("torch.") for t in tensors], [list(t.shape) for t in tensors])
+
+
+def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' bytes, concatenated (uint8), in order."""
+    return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+def unflatten(flat: torch.Tensor, bucket: Bucket) -> list[tuple[str, torch.Tensor]]:
+    """`flatten`'s inverse: (name, tensor) views into `flat`."""
+    out, offset = [], 0
+    for name, dtype, shape in zip(bucket.names, bucket.dtypes, bucket.shapes):
+        size = _itemsize(dtype) * _numel(shape)
+        out.append((name, flat[offset:offset + size].view(getattr(torch, dtype)).reshape(shape)))
+        offset += size
+    if offset != flat.numel():
+        raise ValueError(f"bucket of {flat.numel()} bytes holds {offset} bytes of tensors")
+    return out
+
+
+def check_bucket(data: dict[str, Any]) -> Bucket:
+    """A bucket from an /update_weights_from_distributed body; ValueError naming what is wrong."""
+    names, dtypes, shapes = data.get("names"), data.get("dtypes"), data.get("shapes")
+    if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)) or not names:
+        raise ValueError("names, dtypes and shapes must be non-empty lists")
+    if not len(names) == len(dtypes) == len(shapes):
+        raise ValueError(f"names, dtypes and shapes differ in length ({len(names)}, {len(dtypes)}, {len(shapes)})")
+    for dtype in dtypes:
+        if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}")
+    for shape in shapes:
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ValueError(f"a shape must be a list of non-negative integers, got {shape!r}")
+    load_format = data.get("load_format") or FLATTENED_BUCKET
+    if load_format != FLATTENED_BUCKET:
+        raise ValueError(f"load_format {load_format!r} is not supported; this engine takes {FLATTENED_BUCKET!r}")
+    return Bucket([str(n) for n in names], [str(d) for d in dtypes], [list(s) for s in shapes])
+
+
+def receive_bucket(group: Any, bucket: Bucket, device: str | torch.device = "cpu") -> list[tuple[str, torch.Tensor]]:
+    """Receive one bucket broadcast by rank 0 of `group`."""
+    flat = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
+    torch.distributed.broadcast(flat, src=0, group=group)
+    return unflatten(flat, bucket)
+
+
+def send_bucket(group: Any, tensors: list[torch.Tensor]) -> None:
+    """Broadcast one bucket from rank 0 of `group`."""
+    torch.distributed.broadcast(flatten(tensors), src=0, group=group)
