@@ -129,7 +129,9 @@ async def pause_mid_generation(engine, prompts, params, running_count, mode: str
         while not any(t.done() for t in tasks) and await running_count() < len(prompts):
             assert time.monotonic() < deadline, f"the servers did not start {len(prompts)} requests in 120s"
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # every request past its first token
+        # every request past its first token, and far from its last: at 0.3 s the tiny model had finished all
+        # 200 tokens on a quiet machine before the pause landed
+        await asyncio.sleep(0.1)
         if not any(t.done() for t in tasks):
             await engine.pause(mode)
             await asyncio.sleep(0.2)  # a response sent just before the pause reaches its task
