@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from areal_core.engine.model import ENGINE_DTYPES
 from areal_core.engine.presets import PRESETS
 
 
@@ -62,7 +63,7 @@ def init_model_command(ctx: click.Context, output_dir: Path, preset: str | None,
 @click.option("--max-seq-len", type=click.IntRange(2), help="Longest prompt + output (default: the model's limit).")
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")
 @click.option("--dtype", default="float32", show_default=True,
-              type=click.Choice(["float32", "bfloat16", "float16", "float8", "float4", "int4", "int3"]),
+              type=click.Choice(ENGINE_DTYPES),
               help="float8 / float4 / int4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 4- or 3-bit integers, "
                    "arithmetic in bfloat16")
 @click.option("--torch-threads", type=click.IntRange(1), help="torch intra-op threads (1 when sharing a small CPU).")

@@ -131,6 +131,7 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 #             4-bit (-7 .. 7) or 3-bit (-3 .. 3) integers with one scale per block of 32 (GPTQ / AWQ-style weights,
 #             group size 32); int3 is past what serving engines use, to find where corrections start to matter.
 WEIGHT_DTYPES = {"float8": "bfloat16", "float4": "bfloat16", "int4": "bfloat16", "int3": "bfloat16"}
+ENGINE_DTYPES = ("float32", "bfloat16", "float16", *WEIGHT_DTYPES)  # what engine.dtype / --dtype take
 
 
 def load_engine_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):

@@ -200,7 +200,7 @@ def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_d
     config keys (e.g. num_hidden_layers for a shorter model of the same shapes)."""
     import torch
     import transformers
-    from transformers import AutoConfig, GenerationConfig
+    from transformers import GenerationConfig
 
     if preset not in PRESETS:
         raise ModelError(f"unknown preset {preset!r}; one of {', '.join(PRESETS)}")
@@ -216,19 +216,19 @@ def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_d
     if len(tokenizer) > settings["vocab_size"]:
         raise ModelError(f"the tokenizer has {len(tokenizer)} tokens, more than the model's vocab_size "
                          f"{settings['vocab_size']}")
-    model_type = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}[spec.architecture]
-    config = AutoConfig.for_model(model_type, **settings, bos_token_id=None, eos_token_id=ids["<|im_end|>"],
-                                  pad_token_id=ids["<|endoftext|>"])
+    architecture = getattr(transformers, spec.architecture)
+    config = architecture.config_class(**settings, bos_token_id=None, eos_token_id=ids["<|im_end|>"],
+                                       pad_token_id=ids["<|endoftext|>"])
     quiet_transformers()
     torch.manual_seed(seed)
-    model = getattr(transformers, spec.architecture)._from_config(config, dtype=torch.bfloat16)
+    model = architecture._from_config(config, dtype=torch.bfloat16)
     model.generation_config = GenerationConfig(eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
                                                pad_token_id=ids["<|endoftext|>"])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     tokenizer.save_pretrained(output_dir)
-    _declare_tokenizer_class(output_dir / "tokenizer_config.json", spec)
+    _declare_tokenizer_class(output_dir / "tokenizer_config.json")
     parameters = sum(p.numel() for p in model.parameters())
     (output_dir / "areal_model.json").write_text(json.dumps(
         {"kind": "areal-preset", "preset": preset, "seed": seed, "source": spec.source, "parameters": parameters,
@@ -236,7 +236,7 @@ def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_d
     return output_dir
 
 
-def _declare_tokenizer_class(config_file: Path, spec: Preset) -> None:
+def _declare_tokenizer_class(config_file: Path) -> None:
     """Name the tokenizer class the hub model's tokenizer_config.json names, so AutoTokenizer (transformers, SGLang)
     loads it the way it loads the real one (tests check it reads tokenizer.json to the same ids)."""
     config = json.loads(config_file.read_text())

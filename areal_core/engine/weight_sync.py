@@ -12,13 +12,13 @@ torch's process-group helper the way SGLang builds it, so both ends meet at one 
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-DEFAULT_GROUP = "weight_update_group"
 FLATTENED_BUCKET = "flattened_bucket"
 
 
@@ -47,7 +47,7 @@ class Bucket:
 
     @property
     def nbytes(self) -> int:
-        return sum(_itemsize(d) * _numel(s) for d, s in zip(self.dtypes, self.shapes))
+        return sum(_itemsize(d) * math.prod(s) for d, s in zip(self.dtypes, self.shapes))
 
     def to_json(self) -> dict[str, Any]:
         return {"names": self.names, "dtypes": self.dtypes, "shapes": self.shapes, "load_format": FLATTENED_BUCKET}
@@ -55,13 +55,6 @@ class Bucket:
 
 def _itemsize(dtype: str) -> int:
     return getattr(torch, dtype).itemsize
-
-
-def _numel(shape: list[int]) -> int:
-    out = 1
-    for dim in shape:
-        out *= dim
-    return out
 
 
 def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], cap_bytes: int
@@ -96,7 +89,7 @@ def unflatten(flat: torch.Tensor, bucket: Bucket) -> list[tuple[str, torch.Tenso
     """`flatten`'s inverse: (name, tensor) views into `flat`."""
     out, offset = [], 0
     for name, dtype, shape in zip(bucket.names, bucket.dtypes, bucket.shapes):
-        size = _itemsize(dtype) * _numel(shape)
+        size = _itemsize(dtype) * math.prod(shape)
         out.append((name, flat[offset:offset + size].view(getattr(torch, dtype)).reshape(shape)))
         offset += size
     if offset != flat.numel():

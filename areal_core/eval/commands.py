@@ -107,8 +107,8 @@ def eval_command(ctx: click.Context, model_text: str, tasks_text: str, n: int | 
     obj = ctx.find_root().obj or {}
     ref = parse_model(model_text)
     tasks = [get_task(task, obj.get("data_dir"), obj.get("tasks_dirs", ())) for task in _task_list(tasks_text)]
-    requested: dict[str, Any] = {"n": n, "k": _k_list(k_text), "temperature": temperature, "top_p": top_p, "top_k": top_k,
-                                 "max_new_tokens": max_new_tokens, "limit": limit, "seed": seed}
+    requested: dict[str, Any] = {"n": n, "k": _k_list(k_text), "temperature": temperature, "top_p": top_p,
+                                 "top_k": top_k, "max_new_tokens": max_new_tokens, "limit": limit, "seed": seed}
     service = RewardServiceConfig(backend=reward_backend, workers=reward_workers, timeout=reward_timeout,
                                   broker_url=broker)
     console = Console()
