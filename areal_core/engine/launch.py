@@ -51,6 +51,15 @@ class EngineConfig:
     # integers, arithmetic in bfloat16 (FP8, FP4, W4 and W3 rollout engines, engine/model.py WEIGHT_DTYPES).
     dtype: Literal["float32", "bfloat16", "float16", "float8", "float4", "int4", "int3"] = "float32"
     startup_timeout: float = 300.0
+    # How new weights reach the engines after a step (rl/weight_updates.py): disk (weights/vN, loaded by every
+    # server), distributed (streamed in buckets of at most weight_bucket_mb: broadcast over a process group the
+    # trainer shares with the servers, NCCL on GPUs and gloo on CPUs; copied in memory into an engine in the
+    # trainer's process), delta (as distributed, but after the first update only the parameters the optimizer
+    # changes: requires_grad). weight_group_host: the address the servers reach the trainer's rank 0 at (default:
+    # 127.0.0.1 for servers on this machine, else this machine's address on the route to the first server).
+    weight_sync: Literal["disk", "distributed", "delta"] = "disk"
+    weight_bucket_mb: float = 256.0
+    weight_group_host: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
 
     def validate(self) -> None:
@@ -61,6 +70,8 @@ class EngineConfig:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
         if self.prefix_cache_slots < 0:
             raise ValueError(f"prefix_cache_slots must be >= 0, got {self.prefix_cache_slots}")
+        if self.weight_bucket_mb <= 0:
+            raise ValueError(f"weight_bucket_mb must be > 0, got {self.weight_bucket_mb}")
 
 
 @contextlib.asynccontextmanager

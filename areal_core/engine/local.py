@@ -10,6 +10,11 @@ A weight update drops every request's KV cache (it was computed with the old wei
 tokens; the next step recomputes the cache from prompt + tokens so far with the new weights and
 generation continues. Each token records the version of the weights that produced it.
 
+New weights arrive from a checkpoint directory (`update_weights`), as tensors in this process
+(`update_weights_from_tensors`), or broadcast over a process group shared with the trainer
+(`init_weight_group` + `update_weights_from_distributed`, engine/weight_sync.py); the last two may come in
+buckets, and only the last bucket (version given) drops the caches and moves the version.
+
 A finished request's keys/values stay in its slot while no other request needs it (least recently
 finished given up first; `prefix_cache_slots` adds slots beyond the running ones for that): a request whose
 tokens extend them (the next turn of a multi-turn episode: the same prompt and output, then a tool result)
@@ -40,6 +45,7 @@ from areal_core.engine.model import (
     load_tokenizer,
     round_engine_weights,
 )
+from areal_core.engine.weight_sync import Bucket, WEIGHT_GROUP, init_custom_process_group, receive_bucket
 from areal_core.engine.protocol import (
     EngineError,
     GenerateOutput,
@@ -112,6 +118,7 @@ class LocalEngine:
         self._thread = threading.Thread(target=self._loop, name="areal-engine", daemon=True)
         self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "prefill_tokens_reused": 0, "interruptions": 0}
         self.last_weight_load_seconds = 0.0
+        self._weight_groups: dict[str, Any] = {}   # name -> process group shared with a trainer
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "LocalEngine":
@@ -171,6 +178,44 @@ class LocalEngine:
 
     async def update_weights(self, path: str | Path, version: int) -> None:
         await self._command("update_weights", (str(path), int(version)))
+
+    async def update_weights_from_tensors(self, named_tensors: list[tuple[str, torch.Tensor]], version: int | None,
+                                          flush_cache: bool = True) -> None:
+        """Copy these tensors into the weights of the same names. With `version` (the last bucket of an update),
+        round them as the engine's dtype holds them, drop every cache and tag later tokens with it."""
+        await self._command("load_tensors", (named_tensors, version, flush_cache))
+
+    # -- weights over a process group (SGLang's protocol; engine/weight_sync.py) ---------------------------
+    async def weight_group_ranks(self) -> int:
+        """Ranks this engine takes in a weight-update group: one (no tensor parallelism)."""
+        return 1
+
+    async def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                group_name: str = WEIGHT_GROUP, backend: str = "gloo", timeout: float = 300.0) -> None:
+        """Join the trainer's group as rank `rank_offset`; returns once every rank has joined."""
+        if group_name in self._weight_groups:
+            raise EngineError(f"weight update group {group_name!r} already exists on this engine")
+        group = await asyncio.to_thread(init_custom_process_group, backend, f"tcp://{master_address}:{master_port}",
+                                        world_size, rank_offset, group_name, timeout)
+        self._weight_groups[group_name] = group
+
+    async def update_weights_from_distributed(self, bucket: Bucket, version: int | None, group_name: str = WEIGHT_GROUP,
+                                              flush_cache: bool = True) -> None:
+        """Receive one bucket broadcast by the trainer (rank 0 of the group) and load it."""
+        group = self._weight_groups.get(group_name)
+        if group is None:
+            raise EngineError(f"no weight update group {group_name!r} on this engine (call init_weight_group first)")
+        self._check_tensors(list(zip(bucket.names, bucket.shapes)))  # before the broadcast, which cannot be refused
+        started = time.perf_counter()
+        named = await asyncio.to_thread(receive_bucket, group, bucket, self.device)
+        await self.update_weights_from_tensors(named, version, flush_cache)
+        self.last_weight_load_seconds = time.perf_counter() - started
+
+    async def destroy_weight_group(self, group_name: str = WEIGHT_GROUP) -> None:
+        group = self._weight_groups.pop(group_name, None)
+        if group is None:
+            raise EngineError(f"no weight update group {group_name!r} on this engine")
+        torch.distributed.destroy_process_group(group)
 
     async def flush_cache(self) -> None:
         await self._command("flush_cache")
@@ -262,22 +307,47 @@ class LocalEngine:
             path, version = arg
             started = time.perf_counter()
             self._load_weights(path)
-            # Every cache was computed with the old weights: drop them, keep the tokens.
-            for req in self._running:
-                self._drop_cache(req)
-            self._forget_kept()
+            self._drop_caches()  # every cache was computed with the old weights; the tokens stay
             self.version = version
             self.model_path = path
             self.last_weight_load_seconds = time.perf_counter() - started
+        elif name == "load_tensors":
+            named, version, flush = arg
+            self._copy_tensors(named)
+            if version is not None:
+                round_engine_weights(self.model, self.dtype)
+                self.version = version
+            if flush or version is not None:
+                self._drop_caches()
         elif name == "flush_cache":
-            for req in self._running:
-                self._drop_cache(req)
-            self._forget_kept()
+            self._drop_caches()
         elif name == "stop":
             self._stopped = True
         else:
             raise EngineError(f"unknown engine command {name!r}")
         return None
+
+    def _drop_caches(self) -> None:
+        for req in self._running:
+            self._drop_cache(req)
+        self._forget_kept()
+
+    def _check_tensors(self, shapes: list[tuple[str, list[int]]]) -> None:
+        """ModelError unless every name is a weight of the served model with that shape."""
+        own = self.model.state_dict()
+        unknown = [name for name, _ in shapes if name not in own]
+        if unknown:
+            raise ModelError(f"not weights of the served model: {', '.join(unknown[:3])}")
+        for name, shape in shapes:
+            if list(own[name].shape) != list(shape):
+                raise ModelError(f"{name} has shape {tuple(shape)}, the served model's is {tuple(own[name].shape)}")
+
+    def _copy_tensors(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        self._check_tensors([(name, list(tensor.shape)) for name, tensor in named])
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in named:
+                own[name].copy_(tensor)
 
     def _retract_all(self) -> None:
         for req in reversed(self._running):
@@ -341,12 +411,10 @@ class LocalEngine:
         if unexpected or missing:
             raise ModelError(f"{path}: weights do not fit the served model (missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]})")
-        with torch.no_grad():
-            for name, tensor in state.items():
-                if own[name].shape != tensor.shape:
-                    raise ModelError(f"{path}: {name} has shape {tuple(tensor.shape)}, expected {tuple(own[name].shape)}")
-            for name, tensor in state.items():
-                own[name].copy_(tensor)
+        try:
+            self._copy_tensors(list(state.items()))
+        except ModelError as exc:
+            raise ModelError(f"{path}: {exc}") from None
         round_engine_weights(self.model, self.dtype)  # (a float8 / float4 / intN engine rounds what it loads)
 
     def _finish(self, req: _Running, reason: str, message: str | None = None) -> None:

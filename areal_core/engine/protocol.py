@@ -23,11 +23,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
 
 from areal_core.errors import ArealError
+
+if TYPE_CHECKING:
+    from areal_core.engine.weight_sync import Bucket
 
 FinishReason = Literal["stop", "length", "abort"]
 PauseMode = Literal["abort", "retract", "in_place"]
@@ -208,3 +211,34 @@ class InferenceEngine(Protocol):
 
     async def close(self) -> None:
         """Release resources."""
+
+
+@runtime_checkable
+class TensorWeightEngine(Protocol):
+    """An engine in the trainer's process: new weights are copied from the trainer's tensors in memory."""
+
+    async def update_weights_from_tensors(self, named_tensors: list[tuple[str, torch.Tensor]], version: int | None,
+                                          flush_cache: bool = True) -> None:
+        """Copy the tensors into the weights of those names; `version` (the last part of an update) drops every
+        cache and tags later tokens with it."""
+
+
+@runtime_checkable
+class WeightGroupEngine(Protocol):
+    """An engine that receives weights broadcast by the trainer over a process group (SGLang's protocol,
+    engine/weight_sync.py): the trainer is rank 0; the engine's ranks follow."""
+
+    async def weight_group_ranks(self) -> int:
+        """How many ranks of the group the engine takes (one per tensor-parallel rank of each server)."""
+
+    async def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                group_name: str, backend: str, timeout: float) -> None:
+        """Join the group from rank `rank_offset` on; returns once every rank (the trainer's too) has joined."""
+
+    async def update_weights_from_distributed(self, bucket: "Bucket", version: int | None, group_name: str,
+                                              flush_cache: bool = True) -> None:
+        """Receive one bucket the trainer broadcasts now and load it; `version` with the last bucket."""
+
+    async def destroy_weight_group(self, group_name: str) -> None:
+        """Leave the group."""
+

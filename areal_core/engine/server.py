@@ -9,6 +9,11 @@ Same paths, request fields and response fields as SGLang (0.5.x):
   POST /pause_generation          {mode: abort | retract | in_place}
   POST /continue_generation
   POST /update_weights_from_disk  {model_path, weight_version} -> {success, message, num_paused_requests}
+  POST /init_weights_update_group {master_address, master_port, rank_offset, world_size, group_name, backend}
+  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, weight_version, flush_cache,
+                                  load_format: "flattened_bucket"}   (one uint8 broadcast from rank 0; weight_sync.py)
+  POST /destroy_weights_update_group {group_name}                  -> {success, message}
+  GET  /get_server_info           {tp_size: 1, ...}  (the ranks a weight-update group gives this server)
   GET  /health, /health_generate, /model_info, /get_model_info;  GET|POST /flush_cache;  POST /abort_request
 
 Beyond SGLang, meta_info also carries `output_token_weight_versions`, the version of every token.
@@ -27,6 +32,7 @@ from fastapi.responses import JSONResponse, Response
 
 from areal_core.engine.local import LocalEngine
 from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, SamplingParams
+from areal_core.engine.weight_sync import WEIGHT_GROUP, check_bucket
 
 
 def weight_version_spans(versions: list[int]) -> list[dict[str, Any]]:
@@ -171,6 +177,47 @@ def build_app(engine: LocalEngine) -> FastAPI:
         seconds = engine.last_weight_load_seconds
         return {"success": True, "message": f"Succeeded to update model weights in {seconds:.3f}s.",
                 "num_paused_requests": paused}
+
+    def failed(exc: Exception) -> JSONResponse:
+        return JSONResponse({"success": False, "message": str(exc)}, status_code=400)
+
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(request: Request):
+        try:
+            data = await body(request)
+            await engine.init_weight_group(str(data["master_address"]), int(data["master_port"]),
+                                           int(data["rank_offset"]), int(data["world_size"]),
+                                           str(data.get("group_name") or WEIGHT_GROUP), str(data.get("backend") or "gloo"))
+        except KeyError as exc:
+            return failed(EngineError(f"missing field {exc}"))
+        except Exception as exc:
+            return failed(exc)
+        return {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(request: Request):
+        try:
+            data = await body(request)
+            bucket = check_bucket(data)
+            version = None if data.get("weight_version") is None else _parse_version(data["weight_version"], 0)
+            await engine.update_weights_from_distributed(bucket, version, str(data.get("group_name") or WEIGHT_GROUP),
+                                                         bool(data.get("flush_cache", True)))
+        except Exception as exc:
+            return failed(exc)
+        return {"success": True, "message": f"Succeeded to update {len(bucket.names)} tensors in "
+                                            f"{engine.last_weight_load_seconds:.3f}s."}
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(request: Request):
+        try:
+            await engine.destroy_weight_group(str((await body(request)).get("group_name") or WEIGHT_GROUP))
+        except Exception as exc:
+            return failed(exc)
+        return {"success": True, "message": "Succeeded to destroy custom process group."}
+
+    @app.get("/get_server_info")
+    async def server_info():
+        return {**(await engine.model_info()), "tp_size": await engine.weight_group_ranks(), "dp_size": 1}
 
     @app.get("/health")
     @app.get("/health_generate")

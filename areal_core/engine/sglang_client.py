@@ -11,6 +11,9 @@ utils/weight_versions.py), not memory:
   POST /pause_generation {mode: abort|retract|in_place};  POST /continue_generation {}
   POST /update_weights_from_disk {model_path, weight_version} -> {success, message, num_paused_requests}
   GET /health, /model_info;  POST /abort_request {rid}
+  POST /init_weights_update_group {master_address, master_port, rank_offset, world_size, group_name, backend}
+  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, flush_cache, weight_version, load_format}
+  POST /destroy_weights_update_group {group_name};  GET /get_server_info {tp_size, dp_size, ...}
 
 Behaviour:
 
@@ -66,6 +69,7 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
+from areal_core.engine.weight_sync import WEIGHT_GROUP, Bucket
 from areal_core.engine.protocol import (
     EngineError,
     GenerateOutput,
@@ -400,6 +404,76 @@ class SGLangEngine:
             raise EngineError(f"weight version must be an integer, got {version!r}")
         await self._broadcast("/update_weights_from_disk", {"model_path": str(path), "weight_version": str(version)},
                               check_success=True)
+
+    # -- weights over a process group (engine/weight_sync.py) ---------------------------------------------
+    async def _server_ranks(self) -> list[int]:
+        """Ranks each server takes in a weight-update group: its tensor-parallel size."""
+        ranks = []
+        for server in [s for s in self.servers if not s.lost]:
+            response = await self._client.get(f"{server.url}/get_server_info",
+                                              timeout=httpx.Timeout(self.control_timeout, connect=5.0))
+            if response.status_code != 200:
+                raise EngineError(f"{server.url}/get_server_info answered HTTP {response.status_code}: "
+                                  f"{_error_message(response)}")
+            info = response.json()
+            if int(info.get("dp_size") or 1) != 1:
+                raise EngineError(f"{server.url} runs {info['dp_size']} data-parallel replicas; weights over a process "
+                                  "group need one server per replica (dp_size 1)")
+            ranks.append(int(info.get("tp_size") or 1))
+        return ranks
+
+    async def weight_group_ranks(self) -> int:
+        """Ranks these servers take in a weight-update group (the trainer is rank 0)."""
+        return sum(await self._server_ranks())
+
+    async def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                group_name: str = WEIGHT_GROUP, backend: str = "nccl", timeout: float = 300.0) -> None:
+        """Every server joins the trainer's group, from rank `rank_offset` on, in server order; returns once all
+        ranks have joined (the trainer joins at the same time)."""
+        targets = [s for s in self.servers if not s.lost]
+        offsets, offset = [], rank_offset
+        for ranks in await self._server_ranks():
+            offsets.append(offset)
+            offset += ranks
+        if offset > world_size:
+            raise EngineError(f"the servers take {offset - rank_offset} ranks from {rank_offset}: more than a group of "
+                              f"{world_size}")
+
+        async def one(server: _Server, offset: int) -> httpx.Response:
+            return await self._client.post(f"{server.url}/init_weights_update_group", json={
+                "master_address": master_address, "master_port": master_port, "rank_offset": offset,
+                "world_size": world_size, "group_name": group_name, "backend": backend},
+                timeout=httpx.Timeout(timeout + 30.0, connect=5.0))
+
+        answers = await asyncio.gather(*(one(s, o) for s, o in zip(targets, offsets)), return_exceptions=True)
+        self._check_all(targets, answers, "/init_weights_update_group")
+
+    async def update_weights_from_distributed(self, bucket: Bucket, version: int | None,
+                                              group_name: str = WEIGHT_GROUP, flush_cache: bool = True) -> None:
+        """Every server receives one bucket the trainer broadcasts now; `version` with the last bucket."""
+        payload: dict[str, Any] = {**bucket.to_json(), "group_name": group_name, "flush_cache": flush_cache}
+        if version is not None:
+            payload["weight_version"] = str(version)
+        targets = [s for s in self.servers if not s.lost]
+        answers = await asyncio.gather(*(self._client.post(f"{s.url}/update_weights_from_distributed", json=payload,
+                                                           timeout=httpx.Timeout(self.control_timeout, connect=5.0))
+                                         for s in targets), return_exceptions=True)
+        self._check_all(targets, answers, "/update_weights_from_distributed")
+
+    async def destroy_weight_group(self, group_name: str = WEIGHT_GROUP) -> None:
+        await self._broadcast("/destroy_weights_update_group", {"group_name": group_name}, check_success=True)
+
+    def _check_all(self, targets: list[_Server], answers: list[Any], path: str) -> None:
+        """A collective call must succeed on every server (a server that missed it is out of the group)."""
+        failures = []
+        for server, answer in zip(targets, answers):
+            if isinstance(answer, BaseException):
+                self._mark_lost(server, f"{path}: {_describe(answer)}")
+                failures.append(f"{server.url}{path}: {_describe(answer)}")
+            elif answer.status_code != 200 or not _success(answer):
+                failures.append(f"{server.url}{path} answered HTTP {answer.status_code}: {_error_message(answer)}")
+        if failures:
+            raise EngineError("; ".join(failures))
 
     async def health(self) -> bool:
         """True when at least one server answers /health; servers that do not are marked down."""

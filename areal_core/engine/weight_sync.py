@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 FLATTENED_BUCKET = "flattened_bucket"
+WEIGHT_GROUP = "weight_update_group"   # SGLang's default group name
 
 
 def init_custom_process_group(backend: str, init_method: str, world_size: int, rank: int, group_name: str,
@@ -126,3 +127,52 @@ def receive_bucket(group: Any, bucket: Bucket, device: str | torch.device = "cpu
 def send_bucket(group: Any, tensors: list[torch.Tensor]) -> None:
     """Broadcast one bucket from rank 0 of `group`."""
     torch.distributed.broadcast(flatten(tensors), src=0, group=group)
+
+
+class WeightSender:
+    """The trainer's side: a model's weights, a bucket at a time, to the engines (rank 0 of a weight group).
+
+    Works on a plain module and on FSDP2 shards alike: every rank of a sharded model stages the same plan and
+    calls `send` for every bucket (gathering a parameter is collective); only the rank that joined the group
+    (the trainer's rank 0) broadcasts. At most one bucket of full tensors exists at a time beyond the model.
+    Names are `named_parameters()`' (a tied output head is its embedding, sent once); `changed_only` plans only
+    the parameters the optimizer can change (requires_grad): with frozen weights (LoRA), a delta update."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.group: Any = None
+        self._plan: list[tuple[Bucket, list[torch.nn.Parameter]]] = []
+
+    def join(self, init_method: str, world_size: int, group_name: str = WEIGHT_GROUP, backend: str = "gloo",
+             timeout: float = 300.0) -> None:
+        """Join as rank 0; returns once every engine rank has joined too."""
+        if self.group is not None:
+            raise RuntimeError("this trainer already is in a weight update group")
+        self.group = init_custom_process_group(backend, init_method, world_size, 0, group_name, timeout)
+
+    def leave(self) -> None:
+        if self.group is not None:
+            torch.distributed.destroy_process_group(self.group)
+            self.group = None
+
+    def stage(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
+        """Plan the next update's buckets (no tensor is gathered yet)."""
+        params = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad or not changed_only]
+        self._plan = list(buckets(params, cap_bytes))  # a shard's numel and shape are its full tensor's
+        return [bucket for bucket, _ in self._plan]
+
+    def tensors(self, index: int) -> list[tuple[str, torch.Tensor]]:
+        """Bucket `index`'s full tensors (a copy for a shard, the parameter's own data otherwise)."""
+        bucket, params = self._plan[index]
+        return [(name, _full(p)) for name, p in zip(bucket.names, params)]
+
+    def send(self, index: int) -> None:
+        """Gather bucket `index` and broadcast it (the rank in the group) while the engines receive it."""
+        full = [tensor for _, tensor in self.tensors(index)]
+        if self.group is not None:
+            send_bucket(self.group, full)
+
+
+def _full(param: torch.Tensor) -> torch.Tensor:
+    full_tensor = getattr(param, "full_tensor", None)  # a DTensor shard (FSDP2): gathered from every rank
+    return (full_tensor() if full_tensor is not None else param).detach()

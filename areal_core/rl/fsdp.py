@@ -33,6 +33,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_core.engine.weight_sync import Bucket
 from areal_core.files import atomic_directory
 from areal_core.rl.checkpoint import WEIGHTS_FILE, check_model_keys, verify_checkpoint
 from areal_core.rl.fsdp_worker import AUTHKEY_ENV, CONTROLLER_PID_ENV, START_ID_ENV
@@ -302,6 +303,22 @@ class FSDPTrainer:
         directory = Path(directory).resolve()
         directory.parent.mkdir(parents=True, exist_ok=True)
         return Path(self._request("publish", str(directory)))
+
+    # -- weights streamed to the engines (trainer.WeightStreamingTrainer): every rank plans and gathers --------
+    def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
+        return self._request("stage_weights", cap_bytes, changed_only)
+
+    def join_weight_group(self, init_method: str, world_size: int, group_name: str, backend: str,
+                          timeout: float) -> None:
+        """Rank 0 joins the weight group (the engines join at the same time)."""
+        self._request("join_weights", init_method, world_size, group_name, backend, timeout)
+
+    def send_weight_bucket(self, index: int) -> None:
+        self._request("send_weights", index)
+
+    def leave_weight_group(self) -> None:
+        if self._connection is not None and self._failure is None:
+            self._request("leave_weights")
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Rank 0 writes full (unsharded) states, so LocalTrainer can load the checkpoint as well."""

@@ -12,7 +12,9 @@ Every rank loads the model, shards it with FSDP2 (`fully_shard` per decoder laye
 builds the same `PPOLearner` as the local trainer. Rank 0 listens on a localhost socket (address written to
 the spec's `address_file`, authenticated with the key in $AREAL_FSDP_AUTHKEY) and takes requests from the
 controller: the phases of a step, ("prepare", trajectories, temperature, top_p, top_k) -> batch number, ("proximal", number),
-("update", number, advantages) -> metrics, and ("publish", dir), ("save", dir), ("load", dir), ("close",).
+("update", number, advantages) -> metrics, and ("publish", dir), ("save", dir), ("load", dir), ("close",);
+weights streamed to the engines: ("stage_weights", cap, changed_only) -> buckets, ("join_weights", ...) (rank 0
+joins the engines' group), ("send_weights", index) (every rank gathers, rank 0 broadcasts), ("leave_weights",).
 It broadcasts each request to the other ranks, all ranks run it, and rank 0 sends back ("ok", result) or
 ("error", traceback). An error is fatal to the whole group: the rank exits, torchrun stops the others, and
 the controller reports it.
@@ -44,6 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from areal_core.engine.weight_sync import WeightSender
 from areal_core.files import atomic_directory, atomic_write
 from areal_core.rl.checkpoint import check_model_keys, read_checkpoint, write_checkpoint, write_model_files
 from areal_core.rl.config import TrainerConfig
@@ -226,6 +229,7 @@ class Rank:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
                                   DataParallel(self.rank, self.world, self.device), train_mode_differs, previous)
+        self.sender = WeightSender(self.learner.model)
         # Nodes load at their own pace; the request channel's short timeout starts only once all are done.
         dist.barrier(group=self.control)
 
@@ -291,6 +295,20 @@ class Rank:
                                 optimizer_stepped, scheduler_state, rng_states, version)
         return learner.version
 
+    # -- weights streamed to the engines: every rank plans and gathers each bucket, rank 0 broadcasts it ------
+    def stage_weights(self, cap_bytes: int, changed_only: bool) -> list:
+        return self.sender.stage(cap_bytes, changed_only)
+
+    def join_weights(self, init_method: str, world_size: int, group_name: str, backend: str, timeout: float) -> None:
+        if self.rank == 0:
+            self.sender.join(init_method, world_size, group_name, backend, timeout)
+
+    def send_weights(self, index: int) -> None:
+        self.sender.send(index)
+
+    def leave_weights(self) -> None:
+        self.sender.leave()
+
     # -- the request loop ------------------------------------------------------------------------------------
     def connect(self) -> Connection:
         """Rank 0: listen on localhost, tell the controller where (atomically written file), accept it."""
@@ -348,7 +366,9 @@ class Rank:
                                     "parameters": sorted(self.learner.parameter_names()),
                                     "tied_embeddings": self.learner.tied_embeddings}))
         handlers = {"prepare": self.prepare, "proximal": self.proximal, "update": self.update,
-                    "publish": self.publish, "save": self.save, "load": self.load}
+                    "publish": self.publish, "save": self.save, "load": self.load,
+                    "stage_weights": self.stage_weights, "join_weights": self.join_weights,
+                    "send_weights": self.send_weights, "leave_weights": self.leave_weights}
         while True:
             try:
                 command, *args = self.next_request(connection)

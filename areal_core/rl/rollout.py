@@ -19,7 +19,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from areal_core.engine.protocol import InferenceEngine, SamplingParams
 from areal_core.errors import ArealError
@@ -156,13 +156,19 @@ class RolloutController:
             self._version_changed.notify_all()
 
     async def update_weights(self, path: str, version: int) -> float:
-        """Load new weights into the engine and move to `version`; returns seconds generation was held."""
+        """Load new weights from the directory `path` into the engine and move to `version`; returns seconds
+        generation was held."""
+        return await self.hold_for_update(lambda: self.engine.update_weights(path, version), version)
+
+    async def hold_for_update(self, load: Callable[[], Awaitable[None]], version: int) -> float:
+        """Hold generation (interrupting it, or waiting for what is in flight: `weight_update`), run `load`, which
+        moves the engine to new weights, continue at `version`; returns the seconds generation was held."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         if self.config.weight_update == "interrupt":
             await self.engine.pause("retract")
             try:
-                await self.engine.update_weights(path, version)
+                await load()
             finally:
                 await self.engine.resume()
         else:
@@ -170,7 +176,7 @@ class RolloutController:
             try:
                 while self.in_flight:
                     await asyncio.wait(set(self.in_flight))
-                await self.engine.update_weights(path, version)
+                await load()
             finally:
                 self._hold.set()
         await self.set_version(version)

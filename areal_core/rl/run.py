@@ -1,8 +1,9 @@
 """`areal train`: one training run, whose step loop (`TrainingRun.train`) reads like the algorithm.
 
 The rollout controller generates continuously (bounded by the staleness rule) while the trainer works on the
-previous batch in a worker thread; after every step the trainer publishes its weights and the controller moves
-every generation server to them (interrupting in-flight requests, which continue with the new weights). See
+previous batch in a worker thread; after every step the controller moves every generation server to the trainer's
+new weights (interrupting in-flight requests, which continue with the new weights): through the disk, or streamed
+over a process group (`engine.weight_sync`, weight_updates.py). See
 `rollout.py` for the data flow, `algorithms.py` for the equations, `trainer.py` for the PPO phases.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, superse
 from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram
 from areal_core.rl.trainer import TrainerBackend, create_trainer
 from areal_core.rl.warmup import warmed_up
+from areal_core.rl.weight_updates import WeightStreamer
 from areal_core.tasks import Task, get_task
 from areal_core.workflows import WorkflowChoice, choose_workflow
 from areal_core.types import Trajectory
@@ -50,7 +52,7 @@ class TrainingRun:
         self.config, self.run_dir, self.task, self.eval_task = config, run_dir, task, eval_task
         self.trainer, self.engine, self.rewards, self.logger, self.echo = trainer, engine, rewards, logger, echo
         self.state = state                # step, elapsed_seconds, trajectories (+ the controller's, when resumed)
-        self.weights = weights            # the directory holding the weights the engines serve now
+        self.weights: Path | None = weights   # the directory holding the weights the engines serve now, if any
         self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
@@ -60,6 +62,8 @@ class TrainingRun:
                                          on_trajectory=self._on_trajectory, reward_options=config.reward_options)
         if "controller" in state:
             self.rollout.load_state_dict(state["controller"])
+        self.streamer = (None if config.engine.weight_sync == "disk" else   # weights to the engines without the disk
+                         WeightStreamer(trainer, engine, self.rollout, config.engine, config.trainer.device))
 
     async def train(self) -> dict[str, Any]:
         """Evaluate, run the steps, evaluate again; returns the summary (also saved as summary.json)."""
@@ -68,7 +72,7 @@ class TrainingRun:
         first_step = self.state["step"] + 1
         if first_step > 1 or config.engine.urls:
             # Servers we did not start hold some other model, and resumed ones do not know the policy version.
-            await self.load_weights(await asyncio.to_thread(self.publish))
+            await self.sync_weights()
         before = next((e for e in self.evals if e["step"] == 0), None) or await self.evaluate(0)
         if before:
             self.echo("held-out accuracy before RL: " + format_eval(before))
@@ -92,9 +96,8 @@ class TrainingRun:
                     metrics = await asyncio.to_thread(trainer.ppo_update, prepared, advantages)  # version + 1
                     metrics["train_seconds"] = time.perf_counter() - started
                     started = time.perf_counter()
-                    path = await asyncio.to_thread(self.publish)                    # weights/vN, for every server
-                    held = await self.load_weights(path, step)                      # pause, load, resume
-                    metrics.update(wait_seconds=waited, publish_seconds=time.perf_counter() - started,
+                    held, sync_metrics = await self.sync_weights(step)              # pause, load, resume
+                    metrics.update(sync_metrics, wait_seconds=waited, publish_seconds=time.perf_counter() - started,
                                    update_hold_seconds=held, staleness_max=max(stale), staleness_hist=stale)
                     self.log(step, groups, batch, trained, metrics, clock)
                     stopped_early = await self.evaluate_during(step)
@@ -123,6 +126,18 @@ class TrainingRun:
         if self.config.rollout.skip_uniform_groups and informative and self.config.trainer.kl_coef == 0:
             return batch, [t for g in informative for t in g.trajectories]
         return batch, batch
+
+    async def sync_weights(self, step: int | None = None) -> tuple[float, dict[str, Any]]:
+        """Move every engine to the trainer's weights (engine.weight_sync), and keep them as policies/stepN when
+        asked; (seconds generation was held, metrics of the transfer)."""
+        if self.streamer is None:
+            return await self.load_weights(await asyncio.to_thread(self.publish), step), {}
+        held, metrics = await self.streamer.update(self.trainer.version)
+        self.weights = None   # the engines' weights are on no disk now
+        keep = self.config.keep_policy_every
+        if step is not None and keep and step % keep == 0:
+            await asyncio.to_thread(self.trainer.publish, self.run_dir / "policies" / f"step{step:06d}")
+        return held, metrics
 
     def publish(self) -> Path:
         """Write the trainer's weights to `weights/v<version>`, where every server can load them."""
@@ -248,6 +263,11 @@ class TrainingRun:
         print_summary(summary, self.echo)
         return summary
 
+    async def close(self) -> None:
+        """Leave the weight group the trainer shares with the engines, if any."""
+        if self.streamer is not None:
+            await self.streamer.close()
+
     def _on_trajectory(self, trajectory: Trajectory) -> None:
         self.logger.hook.on_trajectory(trajectory=trajectory, run_dir=str(self.run_dir))
 
@@ -290,6 +310,7 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
             rewards = await stack.enter_async_context(RewardService(config.reward))
             run = TrainingRun(config, run_dir, task, eval_task, trainer, engine, rewards, logger, state, model_dir, echo,
                               resumed=resume is not None, started=started, eval_workflow=eval_workflow)
+            stack.push_async_callback(run.close)   # before the engines stop
             return await run.train()
     finally:
         logger.close()

@@ -13,11 +13,12 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from areal_core.engine.protocol import truncated_logprobs, truncates
+from areal_core.engine.weight_sync import Bucket, WeightSender
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
@@ -81,6 +82,27 @@ class TrainerBackend(Protocol):
 
     def close(self) -> None:
         """Release processes and other resources; the trainer is unusable afterwards."""
+
+
+@runtime_checkable
+class WeightStreamingTrainer(Protocol):
+    """A trainer that streams its weights to the engines without the disk (engine.weight_sync = distributed |
+    delta; rl/weight_updates.py). An update: `stage_weights` plans the buckets, then for each one, while the engines
+    receive it, `send_weight_bucket` broadcasts it over the group `join_weight_group` made (the trainer is rank 0)."""
+
+    def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
+        """The next update's buckets, each at most `cap_bytes` (a larger tensor alone); changed_only: only the
+        parameters the optimizer changes (requires_grad)."""
+
+    def join_weight_group(self, init_method: str, world_size: int, group_name: str, backend: str,
+                          timeout: float) -> None:
+        """Join the weight group as rank 0; returns once the engines have joined too."""
+
+    def send_weight_bucket(self, index: int) -> None:
+        """Broadcast staged bucket `index` (gathered from the shards first, on a sharded trainer)."""
+
+    def leave_weight_group(self) -> None:
+        """Leave the weight group (nothing when not in one)."""
 
 
 def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0,
@@ -746,6 +768,7 @@ class LocalTrainer:
             previous = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id, previous=previous)
+        self.sender = WeightSender(model)
 
     @property
     def version(self) -> int:
@@ -777,6 +800,24 @@ class LocalTrainer:
             write_model_files(tmp, self.model.state_dict(), self.model.config, self.tokenizer)
         return directory
 
+    # -- weights streamed to the engines (WeightStreamingTrainer) -------------------------------------------
+    def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
+        return self.sender.stage(cap_bytes, changed_only)
+
+    def weight_bucket(self, index: int) -> list[tuple[str, torch.Tensor]]:
+        """Staged bucket `index`'s tensors themselves, for an engine in this process to copy (no copy made here)."""
+        return self.sender.tensors(index)
+
+    def join_weight_group(self, init_method: str, world_size: int, group_name: str, backend: str,
+                          timeout: float) -> None:
+        self.sender.join(init_method, world_size, group_name, backend, timeout)
+
+    def send_weight_bucket(self, index: int) -> None:
+        self.sender.send(index)
+
+    def leave_weight_group(self) -> None:
+        self.sender.leave()
+
     def save_checkpoint(self, directory: str | Path) -> Path:
         learner = self.learner
         return write_checkpoint(
@@ -794,4 +835,5 @@ class LocalTrainer:
         return learner.version
 
     def close(self) -> None:
-        """Nothing to release: the model lives in this process."""
+        """Leave a weight group; nothing else to release: the model lives in this process."""
+        self.sender.leave()
