@@ -119,6 +119,7 @@ class LocalEngine:
         self.stats = {"steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "prefill_tokens_reused": 0, "interruptions": 0}
         self.last_weight_load_seconds = 0.0
         self._weight_groups: dict[str, Any] = {}   # name -> process group shared with a trainer
+        self._weight_session = False               # between begin_weight_update and end_weight_update
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "LocalEngine":
@@ -199,9 +200,23 @@ class LocalEngine:
                                         world_size, rank_offset, group_name, timeout)
         self._weight_groups[group_name] = group
 
+    async def begin_weight_update(self) -> None:
+        """Open an update of several buckets (SGLang's weight-update session; it refuses buckets outside one)."""
+        if self._weight_session:
+            raise EngineError("a weight-update session is already open; call end_weight_update() first")
+        self._weight_session = True
+
+    async def end_weight_update(self) -> None:
+        if not self._weight_session:
+            raise EngineError("no weight-update session is open; call begin_weight_update() first")
+        self._weight_session = False
+
     async def update_weights_from_distributed(self, bucket: Bucket, version: int | None, group_name: str = WEIGHT_GROUP,
                                               flush_cache: bool = True) -> None:
         """Receive one bucket broadcast by the trainer (rank 0 of the group) and load it."""
+        if not self._weight_session:
+            raise EngineError("update_weights_from_distributed must run between begin_weight_update() and "
+                              "end_weight_update()")
         group = self._weight_groups.get(group_name)
         if group is None:
             raise EngineError(f"no weight update group {group_name!r} on this engine (call init_weight_group first)")

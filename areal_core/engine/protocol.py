@@ -235,9 +235,15 @@ class WeightGroupEngine(Protocol):
                                 group_name: str, backend: str, timeout: float) -> None:
         """Join the group from rank `rank_offset` on; returns once every rank (the trainer's too) has joined."""
 
+    async def begin_weight_update(self) -> None:
+        """Open an update: its buckets follow, then `end_weight_update` (SGLang's weight-update session)."""
+
     async def update_weights_from_distributed(self, bucket: "Bucket", version: int | None, group_name: str,
                                               flush_cache: bool = True) -> None:
         """Receive one bucket the trainer broadcasts now and load it; `version` with the last bucket."""
+
+    async def end_weight_update(self) -> None:
+        """Close the update `begin_weight_update` opened."""
 
     async def destroy_weight_group(self, group_name: str) -> None:
         """Leave the group."""

@@ -10,8 +10,9 @@ Same paths, request fields and response fields as SGLang (0.5.x):
   POST /continue_generation
   POST /update_weights_from_disk  {model_path, weight_version} -> {success, message, num_paused_requests}
   POST /init_weights_update_group {master_address, master_port, rank_offset, world_size, group_name, backend}
-  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, weight_version, flush_cache,
-                                  load_format: "flattened_bucket"}   (one uint8 broadcast from rank 0; weight_sync.py)
+  POST /begin_weight_update, then per bucket /update_weights_from_distributed {names, dtypes, shapes, group_name,
+       weight_version, flush_cache, load_format: "flattened_bucket"} (one uint8 broadcast from rank 0; weight_sync.py),
+       then POST /end_weight_update
   POST /destroy_weights_update_group {group_name}                  -> {success, message}
   GET  /get_server_info           {tp_size: 1, ...}  (the ranks a weight-update group gives this server)
   GET  /health, /health_generate, /model_info, /get_model_info;  GET|POST /flush_cache;  POST /abort_request
@@ -193,6 +194,22 @@ def build_app(engine: LocalEngine) -> FastAPI:
         except Exception as exc:
             return failed(exc)
         return {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    @app.post("/begin_weight_update")
+    async def begin_weight_update():
+        try:
+            await engine.begin_weight_update()
+        except EngineError as exc:
+            return failed(exc)
+        return {"success": True, "message": "Success"}
+
+    @app.post("/end_weight_update")
+    async def end_weight_update():
+        try:
+            await engine.end_weight_update()
+        except EngineError as exc:
+            return failed(exc)
+        return {"success": True, "message": "Success"}
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):

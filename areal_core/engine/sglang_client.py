@@ -12,6 +12,7 @@ utils/weight_versions.py), not memory:
   POST /update_weights_from_disk {model_path, weight_version} -> {success, message, num_paused_requests}
   GET /health, /model_info;  POST /abort_request {rid}
   POST /init_weights_update_group {master_address, master_port, rank_offset, world_size, group_name, backend}
+  POST /begin_weight_update;  POST /end_weight_update   (around the buckets of one update)
   POST /update_weights_from_distributed {names, dtypes, shapes, group_name, flush_cache, weight_version, load_format}
   POST /destroy_weights_update_group {group_name};  GET /get_server_info {tp_size, dp_size, ...}
 
@@ -459,6 +460,13 @@ class SGLangEngine:
                                                            timeout=httpx.Timeout(self.control_timeout, connect=5.0))
                                          for s in targets), return_exceptions=True)
         self._check_all(targets, answers, "/update_weights_from_distributed")
+
+    async def begin_weight_update(self) -> None:
+        """Open SGLang's weight-update session on every server (its buckets are refused outside one)."""
+        await self._broadcast("/begin_weight_update", {}, check_success=True)
+
+    async def end_weight_update(self) -> None:
+        await self._broadcast("/end_weight_update", {}, check_success=True)
 
     async def destroy_weight_group(self, group_name: str = WEIGHT_GROUP) -> None:
         await self._broadcast("/destroy_weights_update_group", {"group_name": group_name}, check_success=True)

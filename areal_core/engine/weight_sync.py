@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 
@@ -26,13 +27,19 @@ WEIGHT_GROUP = "weight_update_group"   # SGLang's default group name
 def init_custom_process_group(backend: str, init_method: str, world_size: int, rank: int, group_name: str,
                               timeout: float = 300.0) -> Any:
     """A process group of `world_size` ranks that meet at `init_method` (tcp://HOST:PORT; rank 0 hosts the
-    store), independent of torch.distributed's default group (which need not exist)."""
-    from torch.distributed.distributed_c10d import (Backend, PrefixStore, _new_process_group_helper, _world,
-                                                    rendezvous)
+    store), independent of torch.distributed's default group (which need not exist).
 
+    The store is made here rather than by torch's `rendezvous`, which under torchrun (an FSDP trainer's rank 0)
+    would join torchrun's own store instead of hosting this one; the keys are the same as SGLang's."""
+    from torch.distributed import TCPStore
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
+
+    address = urlparse(init_method)
+    if address.scheme != "tcp" or not address.hostname or not address.port:
+        raise ValueError(f"init_method must be tcp://HOST:PORT, got {init_method!r}")
     wait = datetime.timedelta(seconds=timeout)
-    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=wait))
-    store.set_timeout(wait)
+    store = TCPStore(address.hostname, address.port, world_size, is_master=rank == 0, timeout=wait,
+                     multi_tenant=True)
     group, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), PrefixStore(group_name, store),
                                          group_name=group_name, backend_options=None, timeout=wait)
     _world.pg_group_ranks[group] = {i: i for i in range(world_size)}

@@ -6,8 +6,9 @@ the new version:
 
     servers (areal serve, SGLang)   the trainer (rank 0; an FSDP trainer's rank 0, after every rank gathered the
                                     bucket from its shards) broadcasts each bucket over a process group it shares
-                                    with the servers (/init_weights_update_group once, then one
-                                    /update_weights_from_distributed per bucket: engine/weight_sync.py); NCCL
+                                    with the servers (/init_weights_update_group once; per update
+                                    /begin_weight_update, one /update_weights_from_distributed per bucket,
+                                    /end_weight_update: engine/weight_sync.py); NCCL
                                     when the trainer is on a GPU, gloo on CPUs
     an engine in this process       with a trainer in this process too, the tensors are copied in memory
 
@@ -27,6 +28,7 @@ from urllib.parse import urlparse
 
 from areal_core.engine.launch import EngineConfig, free_port
 from areal_core.engine.protocol import InferenceEngine, TensorWeightEngine, WeightGroupEngine
+from areal_core.engine.weight_sync import Bucket
 from areal_core.errors import ConfigError
 from areal_core.rl.rollout import RolloutController
 from areal_core.rl.trainer import TrainerBackend, WeightStreamingTrainer
@@ -80,22 +82,31 @@ class WeightStreamer:
         started = time.perf_counter()
 
         async def load() -> None:
-            for index, bucket in enumerate(buckets):
-                last = index == len(buckets) - 1
-                tag = version if last else None   # the last bucket drops the caches and moves the version
-                if self.in_memory:
-                    named = await asyncio.to_thread(getattr(self.trainer, "weight_bucket"), index)
-                    await self.engine.update_weights_from_tensors(named, tag, flush_cache=last)
-                else:
-                    await asyncio.gather(
-                        self.engine.update_weights_from_distributed(bucket, tag, self.group_name, flush_cache=last),
-                        asyncio.to_thread(self.trainer.send_weight_bucket, index))
+            if not self.in_memory:
+                await self.engine.begin_weight_update()   # SGLang's session around an update's buckets
+            try:
+                for index, bucket in enumerate(buckets):
+                    last = index == len(buckets) - 1      # the last bucket drops the caches and moves the version
+                    await self._load(index, bucket, version if last else None)
+            finally:
+                if not self.in_memory:
+                    await self.engine.end_weight_update()
 
         held = await self.rollout.hold_for_update(load, version)
         self.updates += 1
         return held, {"weight_sync_seconds": time.perf_counter() - started,
                       "weight_sync_bytes": sum(b.nbytes for b in buckets), "weight_sync_buckets": len(buckets),
                       "weight_sync_tensors": sum(len(b.names) for b in buckets)}
+
+    async def _load(self, index: int, bucket: Bucket, version: int | None) -> None:
+        if self.in_memory:
+            named = await asyncio.to_thread(getattr(self.trainer, "weight_bucket"), index)
+            await self.engine.update_weights_from_tensors(named, version, flush_cache=version is not None)
+        else:   # the engines receive while the trainer broadcasts
+            await asyncio.gather(
+                self.engine.update_weights_from_distributed(bucket, version, self.group_name,
+                                                            flush_cache=version is not None),
+                asyncio.to_thread(self.trainer.send_weight_bucket, index))
 
     async def close(self) -> None:
         if not self.joined:

@@ -35,3 +35,29 @@ def assert_continued_with_new_weights(prompts, outputs, old_path, new_path, old_
         assert torch.allclose(lp[:cut], ref_old[:cut], atol=tolerance)
         assert torch.allclose(lp[cut:], ref_new[cut:], atol=tolerance)
         assert not torch.allclose(lp[cut:], ref_old[cut:], atol=tolerance)
+
+
+async def stream_weights(engine, sender, version: int, cap_bytes: int, group_name: str, port: int,
+                         backend: str = "gloo") -> list:
+    """What rl/weight_updates.py does, from a `WeightSender` in this process: the engine's ranks and the sender
+    meet in a new group, every staged bucket is broadcast while the engine receives it, the last one carries
+    `version`; the group is left afterwards. Returns the buckets."""
+    import asyncio
+
+    ranks = await engine.weight_group_ranks()
+    await asyncio.gather(
+        engine.init_weight_group("127.0.0.1", port, 1, 1 + ranks, group_name, backend, 60.0),
+        asyncio.to_thread(sender.join, f"tcp://127.0.0.1:{port}", 1 + ranks, group_name, backend, 60.0))
+    try:
+        buckets = sender.stage(cap_bytes)
+        await engine.begin_weight_update()
+        for index, bucket in enumerate(buckets):
+            last = index == len(buckets) - 1
+            await asyncio.gather(
+                engine.update_weights_from_distributed(bucket, version if last else None, group_name, flush_cache=last),
+                asyncio.to_thread(sender.send, index))
+        await engine.end_weight_update()
+    finally:
+        await engine.destroy_weight_group(group_name)
+        sender.leave()
+    return buckets
