@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from areal_core.engine.model import ModelError
 
+INITIAL_SLOTS, INITIAL_LENGTH = 8, 256   # the cache's first size; it doubles as requests need
 SUPPORTED = {"qwen2": "transformers.models.qwen2.modeling_qwen2", "llama": "transformers.models.llama.modeling_llama"}
 
 
@@ -44,13 +45,30 @@ class SlottedDecoder:
         self.slots = slots
         self.max_len = max_len
         param = next(model.parameters())
-        shape = (len(self.layers), slots, self.kv_heads, max_len, self.head_dim)
+        # Allocated for what runs, grown on demand up to [slots, max_len]: a real model's context (Qwen2.5's
+        # 32768 positions x 256 slots) would need tens of GiB before the first request.
+        shape = (len(self.layers), min(slots, INITIAL_SLOTS), self.kv_heads, min(max_len, INITIAL_LENGTH), self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self.v_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
+
+    def reserve(self, slots: int, length: int) -> None:
+        """Grow the cache (each dimension to the next power of two, at most slots x max_len) to hold slots
+        0 .. slots - 1 with `length` positions each; what it holds is kept."""
+        have_slots, have_length = self.k_cache.shape[1], self.k_cache.shape[3]
+        if slots <= have_slots and length <= have_length:
+            return
+        grown_slots = min(self.slots, max(have_slots, 1 << (slots - 1).bit_length()))
+        grown_length = min(self.max_len, max(have_length, 1 << (length - 1).bit_length()))
+        for name in ("k_cache", "v_cache"):
+            old = getattr(self, name)
+            grown = old.new_zeros((old.shape[0], grown_slots, old.shape[2], grown_length, old.shape[4]))
+            grown[:, :have_slots, :, :have_length] = old
+            setattr(self, name, grown)
 
     @torch.inference_mode()
     def copy_slots(self, sources: list[int], targets: list[int], length: int) -> None:
         """Copy the first `length` cached positions of each source slot into its target slot."""
+        self.reserve(max(sources + targets) + 1, length)
         src = torch.tensor(sources, device=self.k_cache.device)
         dst = torch.tensor(targets, device=self.k_cache.device)
         self.k_cache[:, dst, :, :length] = self.k_cache[:, src, :, :length]
@@ -72,6 +90,7 @@ class SlottedDecoder:
         if int((start + lengths).max()) > self.max_len:
             raise ModelError(f"sequence longer than the engine's max length {self.max_len}")
         key_len = int((start + lengths).max())
+        self.reserve(int(slots.max()) + 1, key_len)
         # Query t of row b sees cached positions 0 .. start[b] + t.
         key_pos = torch.arange(key_len, device=device)
         mask = key_pos[None, None, :] <= positions[:, :, None]              # [B, T, K]

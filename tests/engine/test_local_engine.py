@@ -7,7 +7,7 @@ import torch
 
 from areal_core.engine.decoder import SlottedDecoder
 from areal_core.engine.local import LocalEngine
-from areal_core.engine.model import load_model
+from areal_core.engine.model import init_model, load_model
 from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
 
 from engine_checks import LOGPROB_TOLERANCE, assert_continued_with_new_weights, reference_logprobs
@@ -26,6 +26,32 @@ def test_slotted_decoder_matches_model_forward_for_prefill_and_decode(tiny_model
         for row, (prompt, nxt) in enumerate(zip(prompts, [5, 6, 7])):
             assert torch.allclose(logits[row], model(torch.tensor([prompt])).logits[0, -1], atol=1e-4)
             assert torch.allclose(step[row], model(torch.tensor([prompt + [nxt]])).logits[0, -1], atol=1e-4)
+
+
+def test_the_kv_cache_is_sized_by_what_runs_and_grows_mid_generation_keeping_what_it_holds(tmp_path):
+    """A real model's context (Qwen2.5: 32768 positions) x 256 slots took tens of GiB before the first request
+    (the 0.5B preset's server could not start on 24 GiB). The cache starts small and doubles as requests need:
+    here 12 requests (more slots than it starts with) run past 256 positions (longer than it starts), and every
+    log-prob still equals the model's own forward."""
+    model_dir = init_model(tmp_path / "model", seed=0, max_position_embeddings=32768)
+
+    async def run():
+        async with LocalEngine(model_dir, max_running_requests=256) as engine:
+            assert engine.max_seq_len == 32768
+            first = tuple(engine.decoder.k_cache.shape)
+            params = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True, seed=4)
+            prompts = [[6 + i, 85, 9] for i in range(12)]
+            outputs = await asyncio.gather(*(engine.generate(GenerateRequest(p, params)) for p in prompts))
+            return first, tuple(engine.decoder.k_cache.shape), prompts, outputs
+
+    first, grown, prompts, outputs = asyncio.run(run())
+    layers, _, kv_heads, _, head_dim = first
+    assert first[1] < 12 and first[3] < 303                       # smaller than what ran ...
+    assert grown == (layers, 16, kv_heads, 512, head_dim)        # ... grown to it, in powers of two
+    model = load_model(model_dir)
+    for prompt, out in zip(prompts, outputs):
+        expected = reference_logprobs(model, prompt, out.output_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.output_logprobs), expected, atol=LOGPROB_TOLERANCE)
 
 
 @pytest.mark.parametrize("temperature, top_p, top_k", [(0.0, 1.0, -1), (1.0, 1.0, -1), (0.7, 0.9, 20)])
