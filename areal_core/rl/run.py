@@ -63,7 +63,7 @@ class TrainingRun:
         if "controller" in state:
             self.rollout.load_state_dict(state["controller"])
         self.streamer = (None if config.engine.weight_sync == "disk" else   # weights to the engines without the disk
-                         WeightStreamer(trainer, engine, self.rollout, config.engine, config.trainer.device))
+                         WeightStreamer(trainer, engine, config.engine, config.trainer.device))
 
     async def train(self) -> dict[str, Any]:
         """Evaluate, run the steps, evaluate again; returns the summary (also saved as summary.json)."""
@@ -132,7 +132,7 @@ class TrainingRun:
         asked; (seconds generation was held, metrics of the transfer)."""
         if self.streamer is None:
             return await self.load_weights(await asyncio.to_thread(self.publish), step), {}
-        held, metrics = await self.streamer.update(self.trainer.version)
+        held, metrics = await self.streamer.update(self.trainer.version, self.rollout.hold_for_update)
         self.weights = None   # the engines' weights are on no disk now
         keep = self.config.keep_policy_every
         if step is not None and keep and step % keep == 0:

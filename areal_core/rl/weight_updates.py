@@ -23,24 +23,24 @@ import ipaddress
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, Awaitable, Callable
 from urllib.parse import urlparse
 
 from areal_core.engine.launch import EngineConfig, free_port
 from areal_core.engine.protocol import InferenceEngine, TensorWeightEngine, WeightGroupEngine
 from areal_core.engine.weight_sync import Bucket
 from areal_core.errors import ConfigError
-from areal_core.rl.rollout import RolloutController
 from areal_core.rl.trainer import TrainerBackend, WeightStreamingTrainer
 
 JOIN_TIMEOUT_S = 120.0   # for every rank to reach the group's rendezvous
+Hold = Callable[[Callable[[], Awaitable[None]], int], Awaitable[float]]
 
 
 class WeightStreamer:
     """Streams the trainer's weights to the engines (see the module docstring); `open` before the first update."""
 
-    def __init__(self, trainer: TrainerBackend, engine: InferenceEngine, rollout: RolloutController,
-                 config: EngineConfig, trainer_device: str) -> None:
+    def __init__(self, trainer: TrainerBackend, engine: InferenceEngine, config: EngineConfig,
+                 trainer_device: str) -> None:
         if not isinstance(trainer, WeightStreamingTrainer):
             raise ConfigError(f"engine.weight_sync={config.weight_sync}: the trainer ({type(trainer).__name__}) "
                               "cannot stream its weights; use engine.weight_sync=disk")
@@ -52,7 +52,7 @@ class WeightStreamer:
                               "engine.weight_sync=disk")
         self.trainer: WeightStreamingTrainer = trainer
         self.engine: Any = engine   # a TensorWeightEngine (in_memory) or a WeightGroupEngine
-        self.rollout, self.config = rollout, config
+        self.config = config
         self.cap_bytes = int(config.weight_bucket_mb * (1 << 20))
         self.backend = "nccl" if trainer_device.startswith("cuda") else "gloo"
         self.group_name = f"areal-weights-{uuid.uuid4().hex[:8]}"   # servers already running may hold older ones
@@ -72,8 +72,9 @@ class WeightStreamer:
                               self.backend, JOIN_TIMEOUT_S))
         self.joined = True
 
-    async def update(self, version: int) -> tuple[float, dict[str, Any]]:
-        """Move every engine to the trainer's weights as `version`; (seconds generation was held, metrics)."""
+    async def update(self, version: int, hold: Hold | None = None) -> tuple[float, dict[str, Any]]:
+        """Move every engine to the trainer's weights as `version`, inside `hold` (the rollout controller's
+        `hold_for_update`, which holds generation around it); (seconds generation was held, metrics)."""
         await self.open()
         changed_only = self.config.weight_sync == "delta" and self.updates > 0
         buckets = await asyncio.to_thread(self.trainer.stage_weights, self.cap_bytes, changed_only)
@@ -92,7 +93,11 @@ class WeightStreamer:
                 if not self.in_memory:
                     await self.engine.end_weight_update()
 
-        held = await self.rollout.hold_for_update(load, version)
+        if hold is None:
+            await load()
+            held = time.perf_counter() - started
+        else:
+            held = await hold(load, version)
         self.updates += 1
         return held, {"weight_sync_seconds": time.perf_counter() - started,
                       "weight_sync_bytes": sum(b.nbytes for b in buckets), "weight_sync_buckets": len(buckets),
