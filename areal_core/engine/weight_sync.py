@@ -136,6 +136,20 @@ def send_bucket(group: Any, tensors: list[torch.Tensor]) -> None:
     torch.distributed.broadcast(flatten(tensors), src=0, group=group)
 
 
+LORA_A, LORA_B, BASE_LAYER = ".lora_A.default.weight", ".lora_B.default.weight", ".base_layer."
+
+
+def merge_lora(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float) -> torch.Tensor:
+    """W + scale x B A (LoRA, Hu et al. 2021), computed in float32 and returned in W's dtype: what the engines
+    serve for a module with adapters (the same arithmetic for published and streamed weights)."""
+    return (base.float() + scale * (lora_b.float() @ lora_a.float())).to(base.dtype)
+
+
+def served_name(name: str) -> str:
+    """A parameter's name in the served (merged) model: peft's `m.base_layer.weight` is `m.weight`."""
+    return name.replace(BASE_LAYER, ".")
+
+
 class WeightSender:
     """The trainer's side: a model's weights, a bucket at a time, to the engines (rank 0 of a weight group).
 
@@ -143,12 +157,15 @@ class WeightSender:
     calls `send` for every bucket (gathering a parameter is collective); only the rank that joined the group
     (the trainer's rank 0) broadcasts. At most one bucket of full tensors exists at a time beyond the model.
     Names are `named_parameters()`' (a tied output head is its embedding, sent once); `changed_only` plans only
-    the parameters the optimizer can change (requires_grad): with frozen weights (LoRA), a delta update."""
+    the parameters the optimizer can change (requires_grad): with frozen weights, a delta update. A model with
+    LoRA adapters (peft, `lora_scale` = alpha / rank) sends each adapted weight merged (`merge_lora`) under the
+    served model's name; with `changed_only`, only those and other trainable weights."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, lora_scale: float | None = None) -> None:
         self.model = model
+        self.lora_scale = lora_scale
         self.group: Any = None
-        self._plan: list[tuple[Bucket, list[torch.nn.Parameter]]] = []
+        self._plan: list[tuple[Bucket, list[tuple[torch.Tensor, ...]]]] = []
 
     def join(self, init_method: str, world_size: int, group_name: str = WEIGHT_GROUP, backend: str = "gloo",
              timeout: float = 300.0) -> None:
@@ -164,14 +181,37 @@ class WeightSender:
 
     def stage(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
         """Plan the next update's buckets (no tensor is gathered yet)."""
-        params = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad or not changed_only]
-        self._plan = list(buckets(params, cap_bytes))  # a shard's numel and shape are its full tensor's
+        entries = [(name, parts) for name, parts, trainable in self._entries() if trainable or not changed_only]
+        parts_of = dict(entries)
+        # a shard's numel and shape are its full tensor's; a merged weight's are its base weight's
+        self._plan = [(bucket, [parts_of[name] for name in bucket.names])
+                      for bucket, _ in buckets([(name, parts[0]) for name, parts in entries], cap_bytes)]
         return [bucket for bucket, _ in self._plan]
 
+    def _entries(self) -> Iterator[tuple[str, tuple[torch.Tensor, ...], bool]]:
+        """(served name, (weight,) or (base, lora_A, lora_B), whether an optimizer step changes it)."""
+        named = dict(self.model.named_parameters())
+        for name, param in named.items():
+            if LORA_A in name or LORA_B in name:
+                continue
+            module = name[:-len(BASE_LAYER + "weight")] if name.endswith(BASE_LAYER + "weight") else None
+            if module is not None and module + LORA_A in named:
+                yield served_name(name), (param, named[module + LORA_A], named[module + LORA_B]), True
+            else:
+                yield served_name(name), (param,), param.requires_grad
+
     def tensors(self, index: int) -> list[tuple[str, torch.Tensor]]:
-        """Bucket `index`'s full tensors (a copy for a shard, the parameter's own data otherwise)."""
-        bucket, params = self._plan[index]
-        return [(name, _full(p)) for name, p in zip(bucket.names, params)]
+        """Bucket `index`'s full tensors (a copy for a shard or a merged weight, the parameter's data otherwise)."""
+        bucket, parts = self._plan[index]
+        out = []
+        for name, part in zip(bucket.names, parts):
+            if len(part) == 1:
+                out.append((name, _full(part[0])))
+            else:
+                if self.lora_scale is None:
+                    raise ValueError("a model with LoRA adapters needs lora_scale (alpha / rank)")
+                out.append((name, merge_lora(*(_full(p) for p in part), self.lora_scale)))
+        return out
 
     def send(self, index: int) -> None:
         """Gather bucket `index` and broadcast it (the rank in the group) while the engines receive it."""

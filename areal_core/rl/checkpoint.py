@@ -6,6 +6,8 @@ A checkpoint directory holds everything a trainer needs to continue exactly wher
     model.safetensors, config.json, tokenizer files   the weights, in the layout `publish` writes (an HF model dir)
     optimizer.pt                                       full optimizer state (keyed by parameter name) + LR scheduler
     rng.pt                                             torch RNG states, one per trainer process
+    adapters.safetensors                               with trainer.lora: the LoRA adapters (model.safetensors
+                                                       then holds the frozen base weights, under the HF names)
     trainer_state.json                                 the manifest: policy version and every file's size and
                                                        sha256; written last, so its presence means "complete"
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 
+from areal_core.engine.weight_sync import BASE_LAYER, LORA_A, LORA_B, served_name
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 
@@ -31,6 +34,7 @@ CHECKPOINT_FORMAT = "areal-trainer-checkpoint/1"
 WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
+ADAPTERS_FILE = "adapters.safetensors"
 
 
 class CheckpointError(ArealError):
@@ -64,7 +68,12 @@ def write_checkpoint(directory: str | Path, *, version: int, model_state: dict[s
     """Write a complete checkpoint atomically (see the module docstring for the layout)."""
     directory = Path(directory)
     with atomic_directory(directory, durable=True) as tmp:
-        write_model_files(tmp, model_state, model_config, tokenizer)
+        base, adapters = split_adapters(model_state)
+        write_model_files(tmp, base, model_config, tokenizer)
+        if adapters:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().cpu().contiguous() for k, v in adapters.items()}, str(tmp / ADAPTERS_FILE))
         torch.save({"optimizer": optimizer_state, "scheduler": scheduler_state}, tmp / OPTIMIZER_FILE)
         torch.save(rng_states, tmp / RNG_FILE)
         files = {str(path.relative_to(tmp)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
@@ -128,9 +137,12 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
     directory = Path(directory)
     manifest = verify_checkpoint(directory)
     optimizer = torch.load(directory / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    model_state = load_file(str(directory / WEIGHTS_FILE))
+    if ADAPTERS_FILE in manifest["files"]:
+        model_state = join_adapters(model_state, load_file(str(directory / ADAPTERS_FILE)))
     return Checkpoint(
         version=int(manifest["version"]),
-        model_state=load_file(str(directory / WEIGHTS_FILE)),
+        model_state=model_state,
         optimizer_state=optimizer["optimizer"],
         scheduler_state=optimizer["scheduler"],
         rng_states=torch.load(directory / RNG_FILE, map_location="cpu", weights_only=True),
@@ -145,3 +157,33 @@ def check_model_keys(directory: str | Path, loaded: set[str], expected: set[str]
     if missing or unexpected:
         raise CheckpointError(f"trainer checkpoint {directory} does not fit this model: "
                               f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def stored_names(directory: str | Path, manifest: dict[str, Any]) -> set[str]:
+    """The parameter names a verified checkpoint holds (the adapters' and their base weights' as peft names them),
+    read from the files' headers without loading them."""
+    from safetensors import safe_open
+
+    def names(file: str) -> dict[str, Any]:
+        with safe_open(str(Path(directory) / file), framework="pt") as weights:
+            return dict.fromkeys(weights.keys())
+
+    base = names(WEIGHTS_FILE)
+    return set(join_adapters(base, names(ADAPTERS_FILE)) if ADAPTERS_FILE in manifest["files"] else base)
+
+
+def split_adapters(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the base weights under the HF names, the LoRA adapters) of a model's full state."""
+    adapters = {name: t for name, t in state.items() if LORA_A in name or LORA_B in name}
+    return {served_name(name): t for name, t in state.items() if name not in adapters}, adapters
+
+
+def join_adapters(base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`split_adapters`' inverse: an adapted module's base weights under peft's names again."""
+    adapted = {name[:-len(LORA_A)] for name in adapters if name.endswith(LORA_A)}
+    joined = dict(adapters)
+    for name, tensor in base.items():
+        module, _, leaf = name.rpartition(".")
+        joined[f"{module}{BASE_LAYER}{leaf}" if module in adapted else name] = tensor
+    return joined
+

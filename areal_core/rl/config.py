@@ -99,6 +99,31 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraSettings:
+    """LoRA (Hu et al. 2021, with peft): rank-`rank` adapters B A on each `target_modules` linear layer; only they
+    train (and only they are in the optimizer); the engines serve W + (alpha / rank) B A (rl/lora.py)."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    dropout: float = 0.0
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+    def validate(self) -> None:
+        if self.rank < 1:
+            raise ValueError(f"lora.rank must be >= 1, got {self.rank}")
+        if not self.alpha > 0:
+            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
+        if not self.target_modules:
+            raise ValueError("lora.target_modules must name at least one module (e.g. [q_proj, v_proj])")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
 class TrainerConfig:
     """Optimisation and loss settings (the defaults suit the CPU demo)."""
 
@@ -157,6 +182,9 @@ class TrainerConfig:
     torchrun_args: list[str | int | float] = field(default_factory=list)
     fsdp_threads_per_process: int = 1   # fsdp: torch / OpenMP threads of each rank
     fsdp_timeout_s: float = 1800.0      # fsdp: longest wait for the ranks to start, or to finish one request
+    # LoRA adapters instead of full fine-tuning, e.g. {rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}
+    # (LoraSettings); null: every weight trains.
+    lora: LoraSettings | None = None
     options: dict[str, Any] = field(default_factory=dict)  # settings of a plugin backend (built-ins take none)
 
     def __post_init__(self) -> None:
@@ -168,6 +196,8 @@ class TrainerConfig:
                                   f"{type(word).__name__} {word!r}")
             words.append(str(word))
         self.torchrun_args = words
+        if isinstance(self.lora, dict):   # as the FSDP ranks receive it (dataclasses.asdict)
+            self.lora = LoraSettings(**self.lora)
 
     @staticmethod
     def upgrade_keys(data: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from areal_core.engine.weight_sync import Bucket
 from areal_core.files import atomic_directory
-from areal_core.rl.checkpoint import WEIGHTS_FILE, check_model_keys, verify_checkpoint
+from areal_core.rl.checkpoint import check_model_keys, stored_names, verify_checkpoint
 from areal_core.rl.fsdp_worker import AUTHKEY_ENV, CONTROLLER_PID_ENV, START_ID_ENV
 from areal_core.rl.config import TrainerConfig
 from areal_core.rl.trainer import TrainerError
@@ -327,13 +327,9 @@ class FSDPTrainer:
         return Path(self._request("save", str(directory)))
 
     def load_checkpoint(self, directory: str | Path) -> int:
-        from safetensors import safe_open
-
         # Vetted here, so that a bad checkpoint is an error in this process and not a dead worker group.
         directory = Path(directory).resolve()
-        verify_checkpoint(directory)
-        with safe_open(str(directory / WEIGHTS_FILE), framework="pt") as weights:
-            names = set(weights.keys())
+        names = stored_names(directory, verify_checkpoint(directory))
         check_model_keys(directory, names, self._parameter_names, self._tied_embeddings)
         self.version = self._request("load", str(directory))
         return self.version

@@ -50,7 +50,8 @@ from areal_core.engine.weight_sync import WeightSender
 from areal_core.files import atomic_directory, atomic_write
 from areal_core.rl.checkpoint import check_model_keys, read_checkpoint, write_checkpoint, write_model_files
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.trainer import DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state, trains_differently
+from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state, served_state,
+                                   trains_differently, with_adapters)
 
 # What FSDPTrainer puts in the environment of the torchrun it starts. Ranks started by hand on other nodes
 # lack them, which is how a rank knows whether it shares the controller's machine.
@@ -217,7 +218,7 @@ class Rank:
         spec, config = self.spec, self.config
         mesh = init_device_mesh(self.device.type, (self.world,))
         self.tokenizer = load_tokenizer(spec.model_path)
-        model = load_model(spec.model_path, dtype=config.dtype, device=str(self.device)).train()
+        model = with_adapters(load_model(spec.model_path, dtype=config.dtype, device=str(self.device)), config).train()
         train_mode_differs = trains_differently(model)
         model = shard_model(model, mesh)
         def frozen_copy() -> torch.nn.Module:  # another model of the same weights, sharded the same way
@@ -225,11 +226,14 @@ class Rank:
                                .requires_grad_(False), mesh)
 
         reference = frozen_copy() if config.kl_coef > 0 else None
-        previous = frozen_copy() if config.measure_stale_mismatch else None
+        previous = None
+        if config.measure_stale_mismatch:   # the same structure as the model: its parameters are copied one by one
+            previous = shard_model(with_adapters(load_model(spec.model_path, dtype=config.dtype,
+                                                            device=str(self.device)), config).requires_grad_(False), mesh)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
                                   DataParallel(self.rank, self.world, self.device), train_mode_differs, previous)
-        self.sender = WeightSender(self.learner.model)
+        self.sender = WeightSender(self.learner.model, config.lora.scale if config.lora else None)
         # Nodes load at their own pace; the request channel's short timeout starts only once all are done.
         dist.barrier(group=self.control)
 
@@ -265,7 +269,7 @@ class Rank:
         state = self.learner.full_model_state()
         if self.rank == 0:
             with atomic_directory(directory, durable=False) as tmp:
-                write_model_files(tmp, state, self.learner.model.config, self.tokenizer)
+                write_model_files(tmp, served_state(state, self.config), self.learner.model.config, self.tokenizer)
         return directory
 
     def save(self, directory: str) -> str:

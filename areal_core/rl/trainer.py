@@ -105,6 +105,24 @@ class WeightStreamingTrainer(Protocol):
         """Leave the weight group (nothing when not in one)."""
 
 
+def with_adapters(model: torch.nn.Module, config: TrainerConfig) -> torch.nn.Module:
+    """The model with trainer.lora's adapters injected (rl/lora.py), or as it is without trainer.lora."""
+    if config.lora is None:
+        return model
+    from areal_core.rl.lora import add_adapters
+
+    return add_adapters(model, config.lora)
+
+
+def served_state(state: dict[str, torch.Tensor], config: TrainerConfig) -> dict[str, torch.Tensor]:
+    """A full model state as the engines serve it: with trainer.lora, each adapted weight merged."""
+    if config.lora is None:
+        return state
+    from areal_core.rl.lora import merged_state
+
+    return merged_state(state, config.lora.scale)
+
+
 def create_trainer(model_path: str | Path, config: TrainerConfig, total_steps: int, version: int = 0,
                    scratch_dir: str | Path | None = None) -> TrainerBackend:
     """The trainer backend named by `config.backend` (from the plugin registry), loaded from the HF model
@@ -472,8 +490,9 @@ class PPOLearner:
         self.previous, self.previous_version = previous, None
         self.dp = dp or DataParallel(device=torch.device(config.device))
         self.device = self.dp.device
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
-                                           weight_decay=config.weight_decay)
+        # Only what trains (with trainer.lora, the adapters): a frozen weight has no optimizer state.
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr,
+                                           betas=tuple(config.betas), weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: lr_factor(step, config, total_steps))
         # The first minibatch's training forward runs on the very weights pi_prox is taken from (nothing
@@ -759,16 +778,17 @@ class LocalTrainer:
         from areal_core.engine.model import load_model, load_tokenizer
 
         self.config = config
-        model = load_model(model_path, dtype=config.dtype, device=config.device).train()
+        model = with_adapters(load_model(model_path, dtype=config.dtype, device=config.device), config).train()
         self.tokenizer = load_tokenizer(model_path)
         reference = previous = None
-        if config.kl_coef > 0:
+        if config.kl_coef > 0:   # the base model (LoRA's adapters start at zero)
             reference = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
-        if config.measure_stale_mismatch:
-            previous = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
+        if config.measure_stale_mismatch:   # the same structure as the model: its parameters are copied one by one
+            previous = with_adapters(load_model(model_path, dtype=config.dtype, device=config.device),
+                                     config).requires_grad_(False)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id, previous=previous)
-        self.sender = WeightSender(model)
+        self.sender = WeightSender(model, config.lora.scale if config.lora else None)
 
     @property
     def version(self) -> int:
@@ -797,7 +817,8 @@ class LocalTrainer:
         (temp dir + rename), in the layout `save_pretrained` uses, so any server can load them."""
         directory = Path(directory)
         with atomic_directory(directory, durable=False) as tmp:
-            write_model_files(tmp, self.model.state_dict(), self.model.config, self.tokenizer)
+            write_model_files(tmp, served_state(self.model.state_dict(), self.config), self.model.config,
+                              self.tokenizer)
         return directory
 
     # -- weights streamed to the engines (WeightStreamingTrainer) -------------------------------------------
