@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -195,21 +195,18 @@ def build_app(engine: LocalEngine) -> FastAPI:
             return failed(exc)
         return {"success": True, "message": "Succeeded to initialize custom process group."}
 
-    @app.post("/begin_weight_update")
-    async def begin_weight_update():
-        try:
-            await engine.begin_weight_update()
-        except EngineError as exc:
-            return failed(exc)
-        return {"success": True, "message": "Success"}
+    def session_endpoint(step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[Any]]:
+        async def endpoint():
+            try:
+                await step()
+            except EngineError as exc:
+                return failed(exc)
+            return {"success": True, "message": "Success"}
+        return endpoint
 
-    @app.post("/end_weight_update")
-    async def end_weight_update():
-        try:
-            await engine.end_weight_update()
-        except EngineError as exc:
-            return failed(exc)
-        return {"success": True, "message": "Success"}
+    # SGLang's weight-update session around the buckets of one update
+    app.post("/begin_weight_update")(session_endpoint(engine.begin_weight_update))
+    app.post("/end_weight_update")(session_endpoint(engine.end_weight_update))
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):

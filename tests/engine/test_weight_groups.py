@@ -152,3 +152,31 @@ def test_the_real_sglang_server_takes_weights_over_a_gloo_group(sglang_server, t
     with torch.no_grad():
         logits = new_model(torch.tensor([prompt + out.output_ids])).logits[0, len(prompt) - 1:-1]
     assert out.output_ids == logits.argmax(-1).tolist()
+
+
+def test_areal_train_streams_its_weights_into_the_real_sglang_server(sglang_server, tiny_model, tmp_path):
+    """`areal train engine.backend=sglang engine.urls=[...] engine.weight_sync=distributed`: the run's first
+    update (a server it did not start holds some other weights) and every step's go over one gloo group; the
+    server ends at the last version, and its tokens carried every version it was sent (staleness <= 1)."""
+    import json
+
+    from areal_core.config import load_config
+    from areal_core.rl.config import TrainConfig
+    from areal_core.rl.run import run_training
+
+    run = load_config(TrainConfig, None, [
+        f"output_dir={tmp_path}", f"model.path={tiny_model}", "warmup.enabled=false", "eval_task=null",
+        "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=12", "steps=2",
+        "rollout.max_staleness=1", "tensorboard=false", "checkpoint_every=0", "engine.backend=sglang",
+        f"engine.urls=[{sglang_server.url}]", "engine.weight_sync=distributed", "engine.weight_bucket_mb=0.25"])
+    summary = asyncio.run(run_training(run, echo=lambda *a: None))
+    lines = open(f"{summary['run_dir']}/metrics.jsonl").read().splitlines()
+    metrics = [json.loads(line) for line in lines]
+    assert [m["version"] for m in metrics] == [1, 2] and max(m["staleness_max"] for m in metrics) <= 1
+    assert all(m["weight_sync_buckets"] > 1 for m in metrics)
+
+    async def served_version() -> int:
+        async with SGLangEngine([sglang_server.url]) as engine:
+            return (await engine.model_info())["weight_version"]
+
+    assert asyncio.run(served_version()) == 2
