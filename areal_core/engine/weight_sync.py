@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -145,6 +145,18 @@ def merge_lora(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, s
     return (base.float() + scale * (lora_b.float() @ lora_a.float())).to(base.dtype)
 
 
+def is_adapter(name: str) -> bool:
+    return LORA_A in name or LORA_B in name
+
+
+def adapted_module(name: str, names: Container[str]) -> str | None:
+    """The module whose LoRA-adapted base weight `name` is (peft's `m.base_layer.weight`, with `m.lora_A...` among
+    `names`), else None."""
+    suffix = BASE_LAYER + "weight"
+    module = name[:-len(suffix)]
+    return module if name.endswith(suffix) and module + LORA_A in names else None
+
+
 def served_name(name: str) -> str:
     """A parameter's name in the served (merged) model: peft's `m.base_layer.weight` is `m.weight`."""
     return name.replace(BASE_LAYER, ".")
@@ -192,10 +204,10 @@ class WeightSender:
         """(served name, (weight,) or (base, lora_A, lora_B), whether an optimizer step changes it)."""
         named = dict(self.model.named_parameters())
         for name, param in named.items():
-            if LORA_A in name or LORA_B in name:
+            if is_adapter(name):
                 continue
-            module = name[:-len(BASE_LAYER + "weight")] if name.endswith(BASE_LAYER + "weight") else None
-            if module is not None and module + LORA_A in named:
+            module = adapted_module(name, named)
+            if module is not None:
                 yield served_name(name), (param, named[module + LORA_A], named[module + LORA_B]), True
             else:
                 yield served_name(name), (param,), param.requires_grad

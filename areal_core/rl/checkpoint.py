@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from areal_core.engine.weight_sync import BASE_LAYER, LORA_A, LORA_B, served_name
+from areal_core.engine.weight_sync import BASE_LAYER, LORA_A, is_adapter, served_name
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 
@@ -174,7 +174,7 @@ def stored_names(directory: str | Path, manifest: dict[str, Any]) -> set[str]:
 
 def split_adapters(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(the base weights under the HF names, the LoRA adapters) of a model's full state."""
-    adapters = {name: t for name, t in state.items() if LORA_A in name or LORA_B in name}
+    adapters = {name: t for name, t in state.items() if is_adapter(name)}
     return {served_name(name): t for name, t in state.items() if name not in adapters}, adapters
 
 

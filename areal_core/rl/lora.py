@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from areal_core.engine.weight_sync import BASE_LAYER, LORA_A, LORA_B, merge_lora, served_name
+from areal_core.engine.weight_sync import LORA_A, LORA_B, adapted_module, is_adapter, merge_lora, served_name
 from areal_core.rl.config import LoraSettings
 
 
@@ -37,22 +37,18 @@ def add_adapters(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Mod
 
         raise ConfigError(f"trainer.lora: {exc}") from None
     for name, param in model.named_parameters():
-        param.requires_grad_(LORA_A in name or LORA_B in name)
+        param.requires_grad_(is_adapter(name))
     return model
-
-
-def has_adapters(state: dict[str, torch.Tensor]) -> bool:
-    return any(LORA_A in name for name in state)
 
 
 def merged_state(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
     """A full state dict with adapters, as the served model's weights: each adapted weight merged."""
     merged = {}
     for name, tensor in state.items():
-        if LORA_A in name or LORA_B in name:
+        if is_adapter(name):
             continue
-        module = name[:-len(BASE_LAYER + "weight")] if name.endswith(BASE_LAYER + "weight") else None
-        if module is not None and module + LORA_A in state:
+        module = adapted_module(name, state)
+        if module is not None:
             tensor = merge_lora(tensor, state[module + LORA_A], state[module + LORA_B], scale)
         merged[served_name(name)] = tensor
     return merged
