@@ -104,6 +104,11 @@ def atomic_directory(directory: str | Path, durable: bool = True, keep_existing:
 DATA_DIR_ENV = "AREAL_DATA_DIR"
 
 
+def directory_bytes(directory: str | Path) -> int:
+    """The bytes of the files under `directory` (recursively)."""
+    return sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
+
+
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     """The data root: the argument, else ``$AREAL_DATA_DIR``, else ``$XDG_DATA_HOME/areal/data``."""
     if data_dir:

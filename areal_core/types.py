@@ -119,6 +119,10 @@ class Trajectory:
     output_loss_mask: list[int] | None = None
     turns: list[dict[str, Any]] = field(default_factory=list)
     episode: dict[str, Any] = field(default_factory=dict)
+    # Wall-clock seconds of the episode (generation, tools and reward) and of its reward calls alone: the
+    # per-phase figures of a run's metrics (episode_seconds_mean, reward_seconds_mean).
+    seconds: float = 0.0
+    reward_seconds: float = 0.0
 
     @property
     def loss_mask(self) -> list[int]:

@@ -23,7 +23,7 @@ from areal_core.engine import EngineTarget, InferenceEngine, start_engines
 from areal_core.errors import ConfigError
 from areal_core.eval.records import EvalSettings
 from areal_core.eval.runner import evaluate_task, record_eval
-from areal_core.files import atomic_directory, atomic_write
+from areal_core.files import atomic_directory, atomic_write, directory_bytes
 from areal_core.rewards import RewardService
 from areal_core.rl.algorithms import group_advantages
 from areal_core.rl.config import TrainConfig, check_resume_config
@@ -56,6 +56,8 @@ class TrainingRun:
         self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
+        if resumed:   # a checkpoint after the one resumed from (found damaged) is written again
+            truncate_log(run_dir / "checkpoints.jsonl", state["step"])
         self.eval_workflow = eval_workflow  # chosen and checked before the run started (check_workflows)
         self._next_mismatch_warning = 0
         self.rollout = RolloutController(task, engine, rewards, trainer.tokenizer, config.rollout,
@@ -91,10 +93,13 @@ class TrainingRun:
                     prepared = await asyncio.to_thread(trainer.prepare, trained, T, config.rollout.top_p,
                                                        config.rollout.top_k)
                     await asyncio.to_thread(trainer.recompute_proximal, prepared)   # pi_prox: weights before update
+                    proximal_done = time.perf_counter()
                     advantages = group_advantages(torch.tensor([t.reward.score for t in trained]),
                                                   [t.group_id for t in trained], config.trainer.advantage)
                     metrics = await asyncio.to_thread(trainer.ppo_update, prepared, advantages)  # version + 1
                     metrics["train_seconds"] = time.perf_counter() - started
+                    metrics["proximal_seconds"] = proximal_done - started
+                    metrics["update_seconds"] = metrics["train_seconds"] - metrics["proximal_seconds"]
                     started = time.perf_counter()
                     held, sync_metrics = await self.sync_weights(step)              # pause, load, resume
                     metrics.update(sync_metrics, wait_seconds=waited, publish_seconds=time.perf_counter() - started,
@@ -169,6 +174,9 @@ class TrainingRun:
             "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
             "dropped_responses": sum(g.dropped for g in groups),
             "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
+            # per trajectory: the whole episode (queueing at the engine included) and its reward calls
+            "episode_seconds_mean": sum(t.seconds for t in batch) / len(batch),
+            "reward_seconds_mean": sum(t.reward_seconds for t in batch) / len(batch),
             "reward_mean": sum(t.reward.score for t in batch) / len(batch),
             "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
@@ -238,8 +246,13 @@ class TrainingRun:
         # The snapshot is taken now, between awaits: consistent with the batches taken so far.
         snapshot = {"step": step, "elapsed_seconds": self.state["elapsed_seconds"],
                     "trajectories": self.state["trajectories"], "controller": self.rollout.state_dict()}
-        await asyncio.to_thread(save_run_checkpoint, self.run_dir, step, self.trainer, snapshot,
-                                self.config.keep_checkpoints)
+        started = time.perf_counter()
+        target = await asyncio.to_thread(save_run_checkpoint, self.run_dir, step, self.trainer, snapshot,
+                                         self.config.keep_checkpoints)
+        record = {"step": step, "seconds": round(time.perf_counter() - started, 3), "bytes": directory_bytes(target),
+                  "path": str(target.relative_to(self.run_dir))}
+        with open(self.run_dir / "checkpoints.jsonl", "a") as f:   # how long each checkpoint took, and its size
+            f.write(json.dumps(record) + "\n")
 
     async def finish(self, clock: float, stopped_early: bool) -> dict[str, Any]:
         rl_seconds = time.perf_counter() - clock

@@ -47,6 +47,8 @@ class Episode:
     response: str | None = None
     reward: RewardResult | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0          # wall-clock of the whole episode (set by the runner)
+    reward_seconds: float = 0.0   # of its reward calls alone
 
     @property
     def length(self) -> int:
@@ -179,9 +181,11 @@ class EpisodeContext:
             episode.ended_by = why
         return why
 
-    async def generate(self, episode: Episode, *, stop: tuple[str, ...] = (), max_new_tokens: int | None = None) -> str | None:
+    async def generate(self, episode: Episode, *, stop: tuple[str, ...] = (), max_new_tokens: int | None = None,
+                       ignore_eos: bool = False) -> str | None:
         """One policy turn, continuing the episode's tokens; returns its text, or None when a limit forbids
-        another turn (`episode.ended_by` says which). The engine's tokens are appended as they are."""
+        another turn (`episode.ended_by` says which). The engine's tokens are appended as they are.
+        ignore_eos: generate the whole budget, past the model's end-of-sequence tokens."""
         if self.out_of_budget(episode):
             return None
         if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
@@ -198,6 +202,8 @@ class EpisodeContext:
             changes["seed"] = self.sampling.seed + 7919 * turn
         if stop:
             changes["stop"] = tuple(self.sampling.stop) + tuple(stop)
+        if ignore_eos:
+            changes["ignore_eos"] = True
         params = dataclasses.replace(self.sampling, **changes) if changes else self.sampling
         rid = self.rid if turn == 0 else f"{self.rid}.t{turn}"
         ids = episode.prompt_ids + episode.tokens if episode.tokens else episode.prompt_ids

@@ -118,15 +118,24 @@ class EpisodeRunner:
             self.limits = dataclasses.replace(self.limits, max_total_tokens=limit - 1)
 
     async def run(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
-        """One episode of `sample`, scored (by the workflow, or here on its final response)."""
+        """One episode of `sample`, scored (by the workflow, or here on its final response), with its seconds
+        (episode.seconds, and episode.reward_seconds of its reward calls)."""
+        started, reward_seconds = time.perf_counter(), [0.0]
+        episode = await self._episode(sample, sampling, rid, reward_seconds)
+        episode.seconds, episode.reward_seconds = time.perf_counter() - started, reward_seconds[0]
+        return episode
+
+    async def _episode(self, sample: dict[str, Any], sampling: SamplingParams, rid: str,
+                       reward_seconds: list[float]) -> Episode:
         if self.workflow.spec.run is single_turn and not self.workflow.options:
-            return await self._single_generation(sample, sampling, rid)
+            return await self._single_generation(sample, sampling, rid, reward_seconds)
         await self._engine_limit()
         attempts = [0]
 
         async def score(response: str, options: dict[str, Any]) -> RewardResult:
             attempts[0] += 1
-            return await self._score(sample, response, rid if attempts[0] == 1 else f"{rid}.a{attempts[0]}", options)
+            return await self._score(sample, response, rid if attempts[0] == 1 else f"{rid}.a{attempts[0]}", options,
+                                     reward_seconds)
 
         ctx = EpisodeContext(sample=sample, task=self.task, engine=self.engine, tokenizer=self.tokenizer,
                              sampling=sampling, rid=rid, options=self.workflow.options, limits=self.limits,
@@ -169,7 +178,8 @@ class EpisodeRunner:
             ctx.episode.ended_by, ctx.episode.reward, ctx.episode.response = "budget", None, None
             return ctx.episode
 
-    async def _single_generation(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
+    async def _single_generation(self, sample: dict[str, Any], sampling: SamplingParams, rid: str,
+                                 reward_seconds: list[float]) -> Episode:
         """The built-in single_turn, without options, by the shortest path: one generation, scored; the episode
         `single_turn` makes, without building its context, because every task without a workflow of its own runs
         it (measured against the path before workflows: bench/bench_agentic.py --only overhead)."""
@@ -177,15 +187,21 @@ class EpisodeRunner:
         output = await self.engine.generate(GenerateRequest(episode.prompt_ids, sampling, rid=rid))
         episode.add_policy_tokens(output, self.tokenizer.decode(output.output_ids, skip_special_tokens=True))
         if output.finish_reason != "abort":
-            episode.reward = await self._score(sample, episode.final_response(), rid)
+            episode.reward = await self._score(sample, episode.final_response(), rid, None, reward_seconds)
         return episode
 
     async def _score(self, sample: dict[str, Any], response: str, request_id: str,
-                     options: dict[str, Any] | None = None) -> RewardResult:
-        """The task's reward on `response`, through the reward service (options over the run's reward options)."""
+                     options: dict[str, Any] | None = None, seconds: list[float] | None = None) -> RewardResult:
+        """The task's reward on `response`, through the reward service (options over the run's reward options);
+        its seconds are added to seconds[0]."""
         request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=response,
                                 options={**self.reward_options, **(options or {})}, request_id=request_id)
-        return await (await self.rewards.submit(request))
+        started = time.perf_counter()
+        try:
+            return await (await self.rewards.submit(request))
+        finally:
+            if seconds is not None:
+                seconds[0] += time.perf_counter() - started
 
     def _prompt_ids(self, sample: dict[str, Any]) -> list[int]:
         """The sample's prompt, rendered and tokenised once for all its episodes (a malformed row raises here,
@@ -224,4 +240,5 @@ def episode_trajectory(episode: Episode, *, trajectory_id: str, task: str, sampl
         prompt_token_ids=episode.prompt_ids, output_token_ids=episode.tokens, output_logprobs=episode.logprobs,
         output_versions=episode.versions, response=episode.final_response(), finish_reason=episode.finish_reason,
         reward=episode.reward, output_loss_mask=list(episode.mask) if multi else None,
-        turns=list(episode.turns) if multi else [], episode=details)
+        turns=list(episode.turns) if multi else [], episode=details, seconds=episode.seconds,
+        reward_seconds=episode.reward_seconds)

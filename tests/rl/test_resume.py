@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from areal_core.eval.leaderboard import build_leaderboard
 from areal_core.eval.store import ResultsStore
@@ -197,3 +198,30 @@ def test_kill_9_of_a_tool_using_run_then_resume_loses_and_repeats_nothing(tmp_pa
     assert target <= checkpoint <= max(target, killed_at)
     metrics = assert_continuous(run_dir, 9)
     assert all({"tool_call_rate", "tool_calls_mean", "policy_token_fraction"} <= set(m) for m in metrics)
+
+
+def test_kill_9_of_a_lora_run_then_resume_keeps_training_the_same_adapters(tmp_path, env):
+    """trainer.lora through a whole run: killed after a checkpoint, resumed, every prompt trained on once; each
+    checkpoint holds the unchanged base model and the adapters, which go on training after the resume; and
+    checkpoints.jsonl records each checkpoint's seconds and bytes."""
+    from safetensors.torch import load_file
+
+    # an untrained model scores 0 everywhere: the entropy bonus gives every step a gradient, so the adapters move
+    args = run_args(tmp_path, "steps=6", "checkpoint_every=2", "keep_checkpoints=3", "trainer.entropy_coef=0.01",
+                    "rollout.skip_uniform_groups=false",
+                    "trainer.lora={rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}")
+    run_dir, target, _ = kill_after_a_random_checkpoint(tmp_path, env, args, [2, 4], delay=1.0)
+    checkpoint = resume(run_dir, env)
+    assert checkpoint >= target
+    assert_continuous(run_dir, 6)
+    before = run_dir / "checkpoints" / f"step{checkpoint:06d}" / "trainer"
+    after = run_dir / "checkpoints" / "step000006" / "trainer"
+    assert (before / "model.safetensors").read_bytes() == (after / "model.safetensors").read_bytes()
+    old, new = load_file(before / "adapters.safetensors"), load_file(after / "adapters.safetensors")
+    assert set(old) == set(new) and any(".lora_B." in name for name in new)
+    assert any(not torch.equal(old[name], new[name]) for name in new)
+    records = read_jsonl(run_dir / "checkpoints.jsonl")
+    steps = [r["step"] for r in records]   # none twice; the kill may fall between a checkpoint and its record
+    assert steps == sorted(set(steps)) and {s for s in (2, 4, 6) if s > checkpoint} <= set(steps) <= {2, 4, 6}
+    assert all(r["seconds"] > 0 and r["bytes"] > 0 for r in records)
+    assert records[-1]["path"] == "checkpoints/step000006"
