@@ -4,7 +4,10 @@ directory that looks complete.
 A checkpoint directory holds everything a trainer needs to continue exactly where it stopped:
 
     model.safetensors, config.json, tokenizer files   the weights, in the layout `publish` writes (an HF model dir)
-    optimizer.pt                                       full optimizer state (keyed by parameter name) + LR scheduler
+    optimizer.safetensors                              the optimizer's tensor states, "<state>/<parameter name>"
+                                                       (AdamW: exp_avg/..., exp_avg_sq/...); absent before a step
+    optimizer.pt                                       the rest of the optimizer (each parameter's step, the param
+                                                       groups' settings) and the LR scheduler
     rng.pt                                             torch RNG states, one per trainer process
     adapters.safetensors                               with trainer.lora: the LoRA adapters (model.safetensors
                                                        then holds the frozen base weights, under the HF names)
@@ -12,14 +15,19 @@ A checkpoint directory holds everything a trainer needs to continue exactly wher
                                                        sha256; written last, so its presence means "complete"
 
 States are *full* (unsharded, keyed by parameter name), so a checkpoint written by the local trainer loads
-into the FSDP one and back. Everything is written into a temporary sibling directory, fsync'ed, and renamed
-into place in one step.
+into the FSDP one and back. They are written and read one tensor at a time (StreamedSafetensors): a 0.5B
+model's full weights and Adam moments gathered at once (6 GB on rank 0) ran a 24 GiB machine out of memory.
+Everything is written into a temporary sibling directory, fsync'ed, and renamed into place in one step.
+Checkpoints of format 1 (the whole optimizer state in optimizer.pt) still load.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import math
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +38,11 @@ from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 
 MANIFEST = "trainer_state.json"
-CHECKPOINT_FORMAT = "areal-trainer-checkpoint/1"
+CHECKPOINT_FORMAT = "areal-trainer-checkpoint/2"
+FORMAT_1 = "areal-trainer-checkpoint/1"   # optimizer.pt held the whole optimizer state
 WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.pt"
 ADAPTERS_FILE = "adapters.safetensors"
 
@@ -62,22 +72,87 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_checkpoint(directory: str | Path, *, version: int, model_state: dict[str, torch.Tensor],
-                     optimizer_state: dict[str, Any], scheduler_state: dict[str, Any],
+SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+                      torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
+Entry = tuple[str, torch.dtype, tuple[int, ...]]   # a tensor's name, dtype and shape
+
+
+class StreamedSafetensors:
+    """A safetensors file written one tensor at a time: the header first, from every tensor's name, dtype and
+    shape given up front, then each tensor's bytes in that order (the format safetensors reads, with the data
+    8-byte aligned). Its sha256 is computed as it is written."""
+
+    def __init__(self, path: Path, entries: list[Entry], metadata: dict[str, str] | None = None) -> None:
+        header: dict[str, Any] = {"__metadata__": metadata or {"format": "pt"}}
+        offset = 0
+        for name, dtype, shape in entries:
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            header[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+            offset += size
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        self.path, self._entries, self._written = path, list(entries), 0
+        self._digest = hashlib.sha256()
+        self._file = open(path, "wb")
+        self._write(struct.pack("<Q", len(raw)) + raw)
+
+    def _write(self, data: Any) -> None:
+        self._file.write(data)
+        self._digest.update(data)
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        if self._written >= len(self._entries):
+            raise CheckpointError(f"{self.path}: {name} is one tensor more than the header lists")
+        expected = self._entries[self._written]
+        got = (name, tensor.dtype, tuple(tensor.shape))
+        if got != expected:
+            raise CheckpointError(f"{self.path}: tensor {self._written} is {got}, the header says {expected}")
+        data = tensor.detach().cpu().contiguous().reshape(-1)
+        if data.numel():
+            self._write(data.view(torch.uint8).numpy())
+        self._written += 1
+
+    def close(self) -> str:
+        """The file's sha256 (CheckpointError if a listed tensor was never written)."""
+        self._file.close()
+        if self._written != len(self._entries):
+            raise CheckpointError(f"{self.path}: {len(self._entries) - self._written} of its tensors were never written")
+        return self._digest.hexdigest()
+
+
+@dataclass
+class StateLayout:
+    """What a trainer's full state holds, known on every rank before any tensor is gathered: the tensors of each
+    file (in the order `tensors` yields them), the optimizer's scalars and its param groups' settings."""
+
+    files: dict[str, list[Entry]]
+    optimizer_scalars: dict[str, dict[str, float]] = field(default_factory=dict)
+    param_groups: list[dict[str, Any]] = field(default_factory=list)
+
+
+def write_checkpoint(directory: str | Path, *, version: int, layout: StateLayout,
+                     tensors: Iterable[tuple[str, str, torch.Tensor]], scheduler_state: dict[str, Any],
                      rng_states: list[dict[str, Any]], model_config: Any, tokenizer: Any, backend: str) -> Path:
-    """Write a complete checkpoint atomically (see the module docstring for the layout)."""
+    """Write a complete checkpoint atomically (see the module docstring for the layout): `tensors` yields
+    (file, name, full tensor) in the layout's order, each written before the next is asked for."""
     directory = Path(directory)
     with atomic_directory(directory, durable=True) as tmp:
-        base, adapters = split_adapters(model_state)
-        write_model_files(tmp, base, model_config, tokenizer)
-        if adapters:
-            from safetensors.torch import save_file
-
-            save_file({k: v.detach().cpu().contiguous() for k, v in adapters.items()}, str(tmp / ADAPTERS_FILE))
-        torch.save({"optimizer": optimizer_state, "scheduler": scheduler_state}, tmp / OPTIMIZER_FILE)
+        writers = {file: StreamedSafetensors(tmp / file, entries) for file, entries in layout.files.items()
+                   if entries or file == WEIGHTS_FILE}
+        for file, name, tensor in tensors:
+            writers[file].write(name, tensor)
+        digests = {file: writer.close() for file, writer in writers.items()}
+        model_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save({"scheduler": scheduler_state, "scalars": layout.optimizer_scalars,
+                    "param_groups": layout.param_groups}, tmp / OPTIMIZER_FILE)
         torch.save(rng_states, tmp / RNG_FILE)
-        files = {str(path.relative_to(tmp)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-                 for path in sorted(tmp.rglob("*")) if path.is_file()}
+        files = {}
+        for path in sorted(tmp.rglob("*")):
+            if path.is_file():
+                name = str(path.relative_to(tmp))
+                files[name] = {"bytes": path.stat().st_size, "sha256": digests.get(name) or _sha256(path)}
         manifest = {"format": CHECKPOINT_FORMAT, "version": version, "backend": backend,
                     "processes": len(rng_states), "files": files}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -97,7 +172,7 @@ def verify_checkpoint(directory: str | Path) -> dict[str, Any]:
         manifest = json.loads(manifest_path.read_text())
     except (ValueError, OSError) as exc:
         raise CheckpointError(f"trainer checkpoint {directory}: {MANIFEST} is not readable JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in (CHECKPOINT_FORMAT, FORMAT_1):
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointError(f"trainer checkpoint {directory}: {MANIFEST} has format {found!r}, "
                               f"expected {CHECKPOINT_FORMAT!r}")
@@ -130,8 +205,58 @@ class Checkpoint:
     manifest: dict[str, Any]
 
 
+@dataclass
+class CheckpointMeta:
+    """The small part of a checkpoint, read whole: version, scheduler, RNG states, the optimizer's scalars and
+    param groups (the tensors are read one by one from the files, `read_tensors`)."""
+
+    version: int
+    scheduler_state: dict[str, Any]
+    rng_states: list[dict[str, Any]]
+    optimizer_scalars: dict[str, dict[str, float]]
+    param_groups: list[dict[str, Any]]
+    manifest: dict[str, Any]
+    tensor_names: set[str] = field(default_factory=set)   # of optimizer.safetensors
+
+    @property
+    def optimizer_stepped(self) -> bool:
+        return bool(self.optimizer_scalars)
+
+
+def read_meta(directory: str | Path, manifest: dict[str, Any]) -> CheckpointMeta:
+    """The small part of a verified checkpoint of the current format."""
+    directory = Path(directory)
+    from safetensors import safe_open
+
+    optimizer = torch.load(directory / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    names: set[str] = set()
+    if OPTIMIZER_TENSORS_FILE in manifest["files"]:
+        with safe_open(str(directory / OPTIMIZER_TENSORS_FILE), framework="pt") as f:
+            names = set(f.keys())
+    return CheckpointMeta(int(manifest["version"]), optimizer["scheduler"],
+                          torch.load(directory / RNG_FILE, map_location="cpu", weights_only=True),
+                          optimizer["scalars"], optimizer["param_groups"], manifest, names)
+
+
+class CheckpointTensors:
+    """A verified checkpoint's tensor files, opened memory-mapped: `get(file, name)` reads one tensor."""
+
+    def __init__(self, directory: str | Path, manifest: dict[str, Any]) -> None:
+        from safetensors import safe_open
+
+        self._files = {file: safe_open(str(Path(directory) / file), framework="pt")
+                       for file in (WEIGHTS_FILE, ADAPTERS_FILE, OPTIMIZER_TENSORS_FILE) if file in manifest["files"]}
+
+    def get(self, file: str, name: str) -> torch.Tensor:
+        return self._files[file].get_tensor(name)
+
+
+def is_format_1(manifest: dict[str, Any]) -> bool:
+    return manifest.get("format") == FORMAT_1
+
+
 def read_checkpoint(directory: str | Path) -> Checkpoint:
-    """Verify, then load a checkpoint onto the CPU."""
+    """Verify, then load a checkpoint of format 1 onto the CPU, whole."""
     from safetensors.torch import load_file
 
     directory = Path(directory)

@@ -48,7 +48,17 @@ import torch.distributed as dist
 
 from areal_core.engine.weight_sync import WeightSender
 from areal_core.files import atomic_directory, atomic_write
-from areal_core.rl.checkpoint import check_model_keys, read_checkpoint, write_checkpoint, write_model_files
+from areal_core.rl.checkpoint import (
+    CheckpointTensors,
+    check_model_keys,
+    is_format_1,
+    read_checkpoint,
+    read_meta,
+    stored_names,
+    verify_checkpoint,
+    write_checkpoint,
+    write_model_files,
+)
 from areal_core.rl.config import TrainerConfig
 from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state, served_state,
                                    trains_differently, with_adapters)
@@ -273,23 +283,44 @@ class Rank:
         return directory
 
     def save(self, directory: str) -> str:
+        """Rank 0 writes the checkpoint while every rank gathers its tensors with it, one at a time."""
         learner = self.learner
-        model_state, optimizer_state = learner.full_model_state(), learner.full_optimizer_state()
         rng_states: list[Any] = [None] * self.world
         dist.all_gather_object(rng_states, rng_state(self.device), group=self.control)
+        layout, tensors = learner.state_layout(), learner.full_tensors()
         if self.rank == 0:
-            write_checkpoint(directory, version=learner.version, model_state=model_state,
-                             optimizer_state=optimizer_state, scheduler_state=learner.scheduler.state_dict(),
-                             rng_states=rng_states, model_config=learner.model.config, tokenizer=self.tokenizer,
-                             backend="fsdp")
+            write_checkpoint(directory, version=learner.version, layout=layout, tensors=tensors,
+                             scheduler_state=learner.scheduler.state_dict(), rng_states=rng_states,
+                             model_config=learner.model.config, tokenizer=self.tokenizer, backend="fsdp")
+        else:
+            for _ in tensors:   # the same gathers as rank 0's
+                pass
         return directory
 
     def load(self, directory: str) -> int:
+        """Rank 0 reads the checkpoint a tensor at a time; every rank takes its shard of each."""
+        learner = self.learner
+        box: list[Any] = [None]
+        if self.rank == 0:
+            manifest = verify_checkpoint(directory)
+            check_model_keys(directory, stored_names(directory, manifest), learner.parameter_names(),
+                             learner.tied_embeddings)
+            box = [manifest]
+        dist.broadcast_object_list(box, src=0, group=self.control)
+        manifest = box[0]
+        if is_format_1(manifest):
+            return self._load_format_1(directory)
+        meta = [read_meta(directory, manifest) if self.rank == 0 else None]
+        dist.broadcast_object_list(meta, src=0, group=self.control)
+        learner.load_tensors(CheckpointTensors(directory, manifest) if self.rank == 0 else None, meta[0])
+        return learner.version
+
+    def _load_format_1(self, directory: str) -> int:
+        """A checkpoint of format 1: rank 0 reads it whole and broadcasts it."""
         learner = self.learner
         checkpoint, small = None, [None]
         if self.rank == 0:
             checkpoint = read_checkpoint(directory)
-            check_model_keys(directory, set(checkpoint.model_state), learner.parameter_names(), learner.tied_embeddings)
             small = [(bool(checkpoint.optimizer_state), checkpoint.scheduler_state, checkpoint.rng_states,
                       checkpoint.version)]
         dist.broadcast_object_list(small, src=0, group=self.control)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -18,7 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 
 from areal_core.engine.protocol import truncated_logprobs, truncates
-from areal_core.engine.weight_sync import Bucket, WeightSender
+from areal_core.engine.weight_sync import Bucket, WeightSender, is_adapter, served_name
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
@@ -35,8 +37,18 @@ from areal_core.rl.algorithms import (
     padding_fraction,
 )
 from areal_core.rl.checkpoint import (
+    ADAPTERS_FILE,
+    OPTIMIZER_TENSORS_FILE,
+    WEIGHTS_FILE,
+    CheckpointMeta,
+    CheckpointTensors,
+    StateLayout,
     check_model_keys,
+    is_format_1,
     read_checkpoint,
+    read_meta,
+    stored_names,
+    verify_checkpoint,
     write_checkpoint,
     write_model_files,
 )
@@ -183,8 +195,52 @@ def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: t
     that of the renormalised truncated distribution. The entropy (of the distribution the log-probs are of)
     carries a gradient only with `entropy_grad` (for an entropy bonus in the loss)."""
     logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1]
+    if not truncates(top_p, top_k) or temperature <= 0:
+        n, width = tokens.shape[0], tokens.shape[1] - 1
+        rows = torch.arange(n, device=tokens.device)[:, None].expand(n, width)
+        cols = torch.arange(width, device=tokens.device)[None, :].expand(n, width)
+        return picked_logprobs(logits, temperature, entropy_grad, (rows, cols, tokens[:, 1:]))
     logprobs, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)
     return logprobs.gather(-1, tokens[:, 1:, None])[..., 0], entropy
+
+
+# Positions per chunk of the vocabulary softmax: each chunk's [chunk, V] temporaries live one at a time and are
+# recomputed in the backward pass, so a step holds the logits and their gradient, not ~8 tensors of their size
+# (at Qwen's 151,936 tokens and a 4096-token micro-batch each is 2.5 GB in float32: a 0.5B FSDP rank ran out of
+# 24 GiB in its first update with an entropy bonus, bench/bench_real_size.py).
+SOFTMAX_CHUNK = 512
+
+
+def _normaliser_and_entropy(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """logsumexp(logits / T) and the entropy of softmax(logits / T), both [P], for logits [P, V]."""
+    scaled = logits.float() / (temperature if temperature > 0 else 1.0)
+    normaliser = torch.logsumexp(scaled, dim=-1)
+    probs = torch.exp(scaled - normaliser[:, None])
+    return normaliser, normaliser - (probs * scaled).sum(-1)
+
+
+def picked_logprobs(logits: torch.Tensor, temperature: float, entropy_grad: bool,
+                    index: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """log softmax(logits / T) at `index` (the leading coordinates of `logits` [..., V], then the token ids), and
+    the entropy at every position of `logits[..., 0]`, the softmax taken SOFTMAX_CHUNK positions at a time
+    (checkpointed: the backward pass recomputes each chunk). The same values as a whole log_softmax, to float
+    rounding."""
+    from torch.utils.checkpoint import checkpoint
+
+    flat = logits.reshape(-1, logits.shape[-1])
+    parts = []
+    for chunk in flat.split(SOFTMAX_CHUNK):
+        if torch.is_grad_enabled() and chunk.requires_grad:
+            parts.append(checkpoint(_normaliser_and_entropy, chunk, temperature, use_reentrant=False))
+        else:
+            parts.append(_normaliser_and_entropy(chunk, temperature))
+    normaliser = torch.cat([n for n, _ in parts]).reshape(logits.shape[:-1])
+    entropy = torch.cat([e for _, e in parts]).reshape(logits.shape[:-1])
+    if not entropy_grad:
+        entropy = entropy.detach()
+    *where, token = index
+    scale = temperature if temperature > 0 else 1.0
+    return logits[(*where, token)].float() / scale - normaliser[tuple(where)], entropy
 
 
 def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool, top_p: float = 1.0,
@@ -212,6 +268,10 @@ def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: 
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
     logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits
+    if not truncates(top_p, top_k) or temperature <= 0:
+        logprobs, entropy = picked_logprobs(logits, temperature, entropy_grad,
+                                            (shared.rows, shared.cols, mb.tokens[:, 1:]))
+        return logprobs, entropy[shared.rows, shared.cols]
     packed, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)  # [R, W, V], [R, W]
     return packed[shared.rows, shared.cols, mb.tokens[:, 1:]], entropy[shared.rows, shared.cols]  # [n, L-1] each
 
@@ -722,25 +782,12 @@ class PPOLearner:
 
         return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-    def full_optimizer_state(self) -> dict[str, Any]:
-        """The full optimizer state keyed by parameter name, on rank 0 (empty elsewhere); every rank calls it.
-        Before the first step it is {}: torch would initialise the state by a zero-LR step, which counts as
-        a step in AdamW's bias correction and would make the next real step differ from an unsaved run."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        if not self.optimizer.state:
-            return {}
-        return get_optimizer_state_dict(self.model, self.optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
     def load_full_state(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
                         optimizer_stepped: bool, scheduler_state: dict[str, Any],
                         rng_states: list[dict[str, torch.Tensor]], version: int) -> None:
-        """Load full states (keyed by parameter name). With several ranks only rank 0 passes the weights and
+        """Load full states (keyed by parameter name): a checkpoint of format 1. With several ranks only rank 0 passes the weights and
         optimizer state (the others pass {}: rank 0 broadcasts them); every rank passes whether the
         optimizer had taken a step, the scheduler and RNG states and the version."""
-        from collections import defaultdict
-
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,
@@ -762,6 +809,87 @@ class PPOLearner:
         set_rng_state(rng_states[self.dp.rank] if self.dp.rank < len(rng_states) else rng_states[0], self.device)
         self.version = version
         self.previous_version = None  # the kept previous weights are not the checkpoint's
+
+    # -- checkpoints, a tensor at a time (checkpoint.py): the full state is never in memory at once ------------
+    def _stored_tensors(self) -> list[tuple[str, str, torch.Tensor]]:
+        """(file, stored name, this rank's tensor) of every weight a checkpoint holds, in the files' order."""
+        tied = self.tied_embeddings
+        return [(ADAPTERS_FILE, name, t) if is_adapter(name) else (WEIGHTS_FILE, served_name(name), t)
+                for name, t in self.model.state_dict().items() if not (tied and name == "lm_head.weight")]
+
+    def _optimizer_tensors(self) -> list[tuple[str, str, torch.Tensor]]:
+        """(file, "<state>/<parameter>", this rank's tensor) of the optimizer's tensor states."""
+        return [(OPTIMIZER_TENSORS_FILE, f"{key}/{name}", value)
+                for name, param in self.model.named_parameters() for key, value in sorted(
+                    self.optimizer.state.get(param, {}).items()) if torch.is_tensor(value) and value.dim() > 0]
+
+    def state_layout(self) -> StateLayout:
+        """The layout of this trainer's checkpoint; the same on every rank (global shapes)."""
+        files: dict[str, list] = {WEIGHTS_FILE: [], ADAPTERS_FILE: [], OPTIMIZER_TENSORS_FILE: []}
+        for file, name, t in self._stored_tensors() + self._optimizer_tensors():
+            files[file].append((name, t.dtype, tuple(t.shape)))
+        names = {param: name for name, param in self.model.named_parameters()}
+        scalars = {names[param]: {key: float(value) for key, value in state.items()
+                                  if not torch.is_tensor(value) or value.dim() == 0}
+                   for param, state in self.optimizer.state.items() if state}
+        groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": [names[p] for p in group["params"]]}
+                  for group in self.optimizer.param_groups]
+        return StateLayout(files, scalars, groups)
+
+    def full_tensors(self) -> Iterator[tuple[str, str, torch.Tensor | None]]:
+        """(file, name, full tensor on the CPU) of the layout, one at a time: every rank iterates (a sharded
+        tensor is gathered); rank 0 gets the tensors, the others None."""
+        from torch.distributed.tensor import DTensor
+
+        for file, name, t in self._stored_tensors() + self._optimizer_tensors():
+            full = t.full_tensor() if isinstance(t, DTensor) else t
+            yield file, name, full.detach().cpu() if self.dp.rank == 0 else None
+            del full
+
+    def load_tensors(self, tensors: CheckpointTensors | None, meta: CheckpointMeta) -> None:
+        """Load a checkpoint tensor by tensor: rank 0 reads each (`tensors`; None on the other ranks), every
+        rank takes its shard; then the optimizer's scalars and settings, scheduler, RNG and version."""
+        with torch.no_grad():
+            for file, name, target in self._stored_tensors():
+                self._take(target, tensors.get(file, name) if tensors is not None else None)
+            self.optimizer.state = defaultdict(dict)   # as freshly built; AdamW creates it at the first step
+            if meta.optimizer_stepped:
+                for name, param in self.model.named_parameters():
+                    scalars = meta.optimizer_scalars.get(name)
+                    if scalars is None:
+                        continue
+                    state = self.optimizer.state[param]
+                    # AdamW keeps its step count as a float32 scalar tensor on the CPU (not capturable, not fused)
+                    state.update({key: torch.tensor(value, dtype=torch.float32) for key, value in scalars.items()})
+                    for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                        stored = f"{key}/{name}"
+                        if stored in meta.tensor_names:
+                            state[key] = torch.empty_like(param)
+                            self._take(state[key], tensors.get(OPTIMIZER_TENSORS_FILE, stored) if tensors else None)
+        for group, saved in zip(self.optimizer.param_groups, meta.param_groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self.scheduler.load_state_dict(meta.scheduler_state)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr
+        set_rng_state(meta.rng_states[self.dp.rank] if self.dp.rank < len(meta.rng_states) else meta.rng_states[0],
+                      self.device)
+        self.version = meta.version
+        self.previous_version = None  # the kept previous weights are not the checkpoint's
+
+    def _take(self, target: torch.Tensor, full: torch.Tensor | None) -> None:
+        """Copy the full tensor rank 0 read into `target`: its shard of it when sharded, else all of it."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        if full is None:   # another rank than 0: room for what rank 0 sends
+            full = torch.empty(target.shape, dtype=target.dtype)
+        full = full.to(device=target.device, dtype=target.dtype)
+        if isinstance(target, DTensor):
+            target.to_local().copy_(distribute_tensor(full, target.device_mesh, target.placements,
+                                                      src_data_rank=0).to_local())
+            return
+        if self.dp.size > 1:
+            torch.distributed.broadcast(full, src=0, group=self.dp.group)
+        target.copy_(full)
 
     def parameter_names(self) -> set[str]:
         return set(self.model.state_dict().keys())
@@ -842,17 +970,22 @@ class LocalTrainer:
     def save_checkpoint(self, directory: str | Path) -> Path:
         learner = self.learner
         return write_checkpoint(
-            directory, version=learner.version, model_state=learner.full_model_state(),
-            optimizer_state=learner.full_optimizer_state(), scheduler_state=learner.scheduler.state_dict(),
-            rng_states=[rng_state(learner.device)], model_config=self.model.config, tokenizer=self.tokenizer,
-            backend="local")
+            directory, version=learner.version, layout=learner.state_layout(), tensors=learner.full_tensors(),
+            scheduler_state=learner.scheduler.state_dict(), rng_states=[rng_state(learner.device)],
+            model_config=self.model.config, tokenizer=self.tokenizer, backend="local")
 
     def load_checkpoint(self, directory: str | Path) -> int:
-        checkpoint = read_checkpoint(directory)
         learner = self.learner
-        check_model_keys(directory, set(checkpoint.model_state), learner.parameter_names(), learner.tied_embeddings)
-        learner.load_full_state(checkpoint.model_state, checkpoint.optimizer_state, bool(checkpoint.optimizer_state),
-                                checkpoint.scheduler_state, checkpoint.rng_states, checkpoint.version)
+        manifest = verify_checkpoint(directory)
+        check_model_keys(directory, stored_names(directory, manifest), learner.parameter_names(),
+                         learner.tied_embeddings)
+        if is_format_1(manifest):
+            checkpoint = read_checkpoint(directory)
+            learner.load_full_state(checkpoint.model_state, checkpoint.optimizer_state,
+                                    bool(checkpoint.optimizer_state), checkpoint.scheduler_state,
+                                    checkpoint.rng_states, checkpoint.version)
+        else:
+            learner.load_tensors(CheckpointTensors(directory, manifest), read_meta(directory, manifest))
         return learner.version
 
     def close(self) -> None:
