@@ -263,3 +263,28 @@ def test_trainer_logprobs_equal_the_engines_on_a_multi_turn_episode_that_would_r
             policy = [i for i, m in enumerate(trajectory.loss_mask) if m]
             engine = [trajectory.output_logprobs[i] for i in policy]
             assert max(abs(float(trainer[i]) - e) for i, e in zip(policy, engine)) < 1e-4
+
+
+def test_sampled_lengths_draws_a_log_normal_with_the_asked_mean_and_p99():
+    from areal_core.workflows.builtin import lognormal_parameters, sampled_length
+
+    options = {"lengths": {"mean": 300, "p99": 2000, "max": 100_000}}
+    draws = sorted(sampled_length(options, f"g{i}.{j}", 100_000) for i in range(2500) for j in range(8))
+    mean, p99 = sum(draws) / len(draws), draws[int(0.99 * len(draws))]
+    assert abs(mean - 300) / 300 < 0.05 and abs(p99 - 2000) / 2000 < 0.1   # 20,000 fixed draws: no flakiness
+    assert sampled_length({**options, "seed": 1}, "g0.0", 100_000) != sampled_length(options, "g0.0", 100_000)
+    assert max(sampled_length({"lengths": {"mean": 300, "p99": 2000, "max": 512}}, f"g{i}", 4096)
+               for i in range(500)) == 512
+    mu, sigma = lognormal_parameters(300, 300)
+    assert sigma == 0 and round(mu, 9) == round(__import__("math").log(300), 9)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "lengths must be"), ({"lengths": {"p99": 10}}, "lengths must be"),
+    ({"lengths": {"mean": 10, "p99": 1000}}, "p99 <= 15.0 x mean"), ({"lengths": {"mean": 10, "p99": 5}}, "mean <= p99"),
+    ({"lengths": {"mean": 0}}, "numbers >= 1"), ({"lengths": {"mean": 10}, "colour": 1}, "unknown workflow option")])
+def test_sampled_lengths_refuses_options_that_describe_no_log_normal(options, message):
+    from areal_core.workflows.builtin import check_sampled_lengths
+
+    with pytest.raises(ConfigError, match=message):
+        check_sampled_lengths(options, "task t")

@@ -37,7 +37,7 @@ async def local_engines(target: EngineTarget, config: EngineConfig, run_dir: Pat
                           f"({', '.join(target.urls)}); use backend server or sglang for servers already running")
     engine = LocalEngine(target.model, max_running_requests=config.max_running_requests,
                          torch_threads=config.torch_threads, prefix_cache_slots=config.prefix_cache_slots,
-                         dtype=config.dtype).start()
+                         dtype=config.dtype, device=config.device).start()
     try:
         yield engine
     finally:
@@ -56,6 +56,10 @@ def _servers(server_process: ServerStarter, sglang: bool = False):
         from areal_core.engine.sglang_client import SGLangEngine, returns_original_logprobs
 
         _check(config, target, needs_model=not target.urls)
+        if config.device != "cpu" and (sglang or target.urls):
+            raise ConfigError(f"engine.device={config.device} sets the device of engines areal starts itself (local, "
+                              "server); SGLang chooses its own (--device in engine.launch_args), servers already "
+                              "running keep theirs")
         if config.dtype != "float32" and (sglang or target.urls):
             raise ConfigError(f"engine.dtype={config.dtype} sets the dtype of engines areal starts itself (local, "
                               "server); give SGLang its own (--dtype in engine.launch_args), servers already running "
@@ -81,7 +85,7 @@ def _areal_serve(model: Path, port: int, log: str, env: dict[str, str], config: 
     threads = ["--torch-threads", str(config.torch_threads)] if config.torch_threads else []
     kept = ["--prefix-cache-slots", str(config.prefix_cache_slots)] if config.prefix_cache_slots else []
     return ServerProcess.areal(str(model), port, log_path=log, env=env,
-                               extra_args=[*threads, *kept, "--dtype", config.dtype,
+                               extra_args=[*threads, *kept, "--dtype", config.dtype, "--device", config.device,
                                            "--max-running-requests", str(config.max_running_requests)])
 
 

@@ -20,10 +20,14 @@ from areal_core.engine.presets import PRESETS
 @click.option("--hidden-size", type=click.IntRange(1), help="Hidden size (default 128; not with --preset).")
 @click.option("--vocab-size", type=click.IntRange(16384), default=32768, show_default=True,
               help="With --preset: the BPE vocabulary to train (at most; what the data yields may be less).")
+@click.option("--tokenizer-from", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="With --preset: take the tokenizer of this model directory instead of training one (a machine "
+                   "without the eval data).")
 @click.option("--force", is_flag=True, help="Overwrite an existing model directory.")
 @click.pass_context
 def init_model_command(ctx: click.Context, output_dir: Path, preset: str | None, seed: int,
-                       num_hidden_layers: int | None, hidden_size: int | None, vocab_size: int, force: bool) -> None:
+                       num_hidden_layers: int | None, hidden_size: int | None, vocab_size: int,
+                       tokenizer_from: Path | None, force: bool) -> None:
     """Create a model directory: by default a tiny Qwen2 with a character-level tokenizer (CPU-sized; the demo's
     model, which `areal train` builds and caches itself, is `--layers 3 --hidden-size 96`); with --preset, a
     real-size one (e.g. `--preset qwen2.5-0.5b`: 494M parameters, ~1 GB) to rehearse what users run."""
@@ -40,11 +44,14 @@ def init_model_command(ctx: click.Context, output_dir: Path, preset: str | None,
             raise click.UsageError("--hidden-size does not apply to --preset (its shapes are the real model's)")
         data_dir = (ctx.find_root().obj or {}).get("data_dir")
         path = init_preset_model(output_dir, preset, seed=seed, data_dir=data_dir, vocab_size=vocab_size,
+                                 tokenizer_from=tokenizer_from,
                                  **({"num_hidden_layers": num_hidden_layers} if num_hidden_layers else {}))
         info = json.loads((path / "areal_model.json").read_text())
         click.echo(f"created {path}: {preset}, {info['parameters']:,} parameters, byte-level BPE tokenizer of "
                    f"{info['tokenizer_vocab']:,} tokens")
         return
+    if tokenizer_from is not None:
+        raise click.UsageError("--tokenizer-from applies to --preset (the default model's tokenizer is built in)")
     overrides = {k: v for k, v in {"num_hidden_layers": num_hidden_layers, "hidden_size": hidden_size}.items() if v}
     if hidden_size:
         overrides["intermediate_size"] = 3 * hidden_size

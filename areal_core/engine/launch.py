@@ -50,6 +50,8 @@ class EngineConfig:
     # in launch_args. float8 / float4 / int4 / int3: weights rounded to float8 e4m3 / 4-bit e2m1 / 4- or 3-bit
     # integers, arithmetic in bfloat16 (FP8, FP4, W4 and W3 rollout engines, engine/model.py WEIGHT_DTYPES).
     dtype: Literal["float32", "bfloat16", "float16", "float8", "float4", "int4", "int3"] = "float32"
+    # local, server: the torch device the engine generates on (cuda, cuda:1, ...); sglang: its own (launch_args)
+    device: str = "cpu"
     startup_timeout: float = 300.0
     # How new weights reach the engines after a step (rl/weight_updates.py): disk (weights/vN, loaded by every
     # server), distributed (streamed in buckets of at most weight_bucket_mb: broadcast over a process group the

@@ -497,12 +497,12 @@ class LocalEngine:
             torch.tensor([r.slot for r in computed], device=self.device),
             torch.tensor([r.cached for r in computed], device=self.device),
             torch.tensor([len(n) for n in news], device=self.device),
-        ).cpu()
+        )   # sampled where they are: a [batch, vocab] copy per step to the host costs more than the draw on a GPU
         if len(computed) < len(batch):
             copies = [(computed[row], req) for req, row in zip(batch, source) if computed[row] is not req]
             self.decoder.copy_slots([src.slot for src, _ in copies], [dst.slot for _, dst in copies], width)
             self.stats["prefill_tokens_reused"] += sum(len(dst.tokens) for _, dst in copies)
-            logits = logits[torch.tensor(source)]
+            logits = logits[torch.tensor(source, device=logits.device)]
         for req in batch:
             req.cached = len(req.tokens)
         # Sampling in float32 whatever the model's dtype, as SGLang does: a bfloat16 engine differs from a float32
@@ -546,7 +546,7 @@ def counter_uniforms(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -
     """U(0, 1) noise [B, vocab] that depends only on (seed, token position, token id): splitmix64 over a
     counter. A request's draws are therefore the same whatever it is batched with, and a request that
     is interrupted and resumed draws exactly what it would have drawn without the interruption."""
-    ids = torch.arange(vocab, dtype=torch.int64)
+    ids = torch.arange(vocab, dtype=torch.int64, device=seeds.device)
     x = seeds[:, None] * _GOLDEN + positions[:, None] * _MIX2 + (ids[None, :] + 1) * _MIX1
     x = (x ^ _shift_right(x, 30)) * _MIX1
     x = (x ^ _shift_right(x, 27)) * _MIX2
@@ -564,16 +564,20 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int],
     renormalised over the kept tokens (T = 1 and no truncation for greedy; see engine/protocol.py).
     """
     rows, vocab = logits.shape
-    temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+    device = logits.device   # the engine's: on a GPU the draw stays there, only the chosen tokens come back
+    temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype,
+                               device=device)
     logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)
-    greedy = torch.tensor([p.temperature == 0 for p in params])
+    greedy = torch.tensor([p.temperature == 0 for p in params], device=device)
     scores = logprobs
     if any(truncates(p.top_p, p.top_k) and p.temperature > 0 for p in params):
-        top_k = torch.tensor([p.top_k if p.temperature > 0 else -1 for p in params])
-        top_p = torch.tensor([p.top_p if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+        top_k = torch.tensor([p.top_k if p.temperature > 0 else -1 for p in params], device=device)
+        top_p = torch.tensor([p.top_p if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype,
+                             device=device)
         logprobs = truncated_logprobs(logprobs, top_p, top_k)
         scores = logprobs.masked_fill(logprobs <= EXCLUDED_LOGPROB, float("-inf"))
-    noise = counter_uniforms(torch.tensor(seeds, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64), vocab)
+    noise = counter_uniforms(torch.tensor(seeds, dtype=torch.int64, device=device),
+                             torch.tensor(positions, dtype=torch.int64, device=device), vocab)
     gumbel = -torch.log(-torch.log(noise)).to(logits.dtype)
     chosen = torch.where(greedy, logits.argmax(-1), (scores + gumbel).argmax(-1))
     picked = logprobs.gather(1, chosen[:, None])[:, 0]

@@ -194,9 +194,11 @@ def build_bpe_tokenizer(texts: Iterator[str], vocab_size: int = DEFAULT_VOCAB,
 
 
 def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_dir: str | Path | None = None,
-                      vocab_size: int = DEFAULT_VOCAB, **overrides: Any) -> Path:
+                      vocab_size: int = DEFAULT_VOCAB, tokenizer_from: str | Path | None = None,
+                      **overrides: Any) -> Path:
     """Write `preset` (PRESETS) with random weights (bfloat16, as hub checkpoints ship) and a BPE tokenizer
-    trained on the data under `data_dir` (the eval data root by default) to `output_dir`. `overrides` change
+    trained on the data under `data_dir` (the eval data root by default) to `output_dir`; or the tokenizer of
+    the model directory `tokenizer_from` (one built before: a machine without the data). `overrides` change
     config keys (e.g. num_hidden_layers for a shorter model of the same shapes)."""
     import torch
     import transformers
@@ -209,8 +211,10 @@ def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_d
     if unknown:
         raise ModelError(f"unknown config key(s) {sorted(unknown)} for preset {preset}; choose from "
                          f"{sorted(spec.config)}")
-    root = resolve_data_dir(data_dir)
-    tokenizer = build_bpe_tokenizer(corpus_texts(root), vocab_size, spec.special_tokens)
+    if tokenizer_from is not None:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(tokenizer_from))
+    else:
+        tokenizer = preset_tokenizer(preset, data_dir, vocab_size)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("<|endoftext|>", "<|im_end|>")}
     settings = {**spec.config, **overrides}
     if len(tokenizer) > settings["vocab_size"]:
@@ -227,12 +231,24 @@ def init_preset_model(output_dir: str | Path, preset: str, seed: int = 0, data_d
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
-    tokenizer.save_pretrained(output_dir)
-    _declare_tokenizer_class(output_dir / "tokenizer_config.json")
+    save_tokenizer(tokenizer, output_dir)
     parameters = sum(p.numel() for p in model.parameters())
     (output_dir / "areal_model.json").write_text(json.dumps(
         {"kind": "areal-preset", "preset": preset, "seed": seed, "source": spec.source, "parameters": parameters,
          "tokenizer_vocab": len(tokenizer), "overrides": overrides}, indent=2))
+    return output_dir
+
+
+def preset_tokenizer(preset: str, data_dir: str | Path | None = None, vocab_size: int = DEFAULT_VOCAB) -> Any:
+    """The BPE tokenizer `init_preset_model` trains for `preset` on the data under `data_dir`."""
+    return build_bpe_tokenizer(corpus_texts(resolve_data_dir(data_dir)), vocab_size, PRESETS[preset].special_tokens)
+
+
+def save_tokenizer(tokenizer: Any, output_dir: str | Path) -> Path:
+    """Saved as a hub model's tokenizer files (tokenizer.json, tokenizer_config.json with the chat template)."""
+    output_dir = Path(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    _declare_tokenizer_class(output_dir / "tokenizer_config.json")
     return output_dir
 
 

@@ -12,10 +12,16 @@ tool_calls    the model writes a call (`call_format`: xml `<tool name="calculato
 feedback      for tasks whose reward explains a failure (code: which tests failed and how): up to `attempts`
               (default 3) tries; after a failed one the reward's failure summary is appended (`feedback_format`,
               "{feedback}" replaced) and the model tries again. The reward is the final attempt's.
+sampled_lengths  one generation of exactly n tokens (EOS ignored), n drawn per episode from a log-normal long tail
+              (`lengths: {mean, p99, max}`, `seed`): the response lengths of a reasoning workload on any model,
+              a random-weight preset too, for benchmarks and rehearsals (bench/gpu_check.py). Scored as usual.
 calculator    exact rational arithmetic, no `eval` (tools.py).
 """
 from __future__ import annotations
 
+import math
+import random
+import zlib
 from typing import Any
 
 from areal_core import __version__
@@ -128,6 +134,53 @@ async def feedback(ctx: EpisodeContext) -> Episode:
     return episode
 
 
+LENGTHS_OPTIONS = {"lengths", "seed"}
+_Z99 = 2.3263478740408408   # the standard normal's 99th percentile
+
+
+def lognormal_parameters(mean: float, p99: float) -> tuple[float, float]:
+    """(mu, sigma) of the log-normal with this mean and 99th percentile: ln p99 - ln mean = z99 sigma - sigma^2 / 2,
+    the smaller root (the larger puts the mean in the far tail)."""
+    gap = math.log(p99 / mean)
+    if gap < 0 or gap > _Z99 ** 2 / 2:
+        raise ValueError(f"a log-normal needs mean <= p99 <= {math.exp(_Z99 ** 2 / 2):.1f} x mean; got mean {mean:g}, "
+                         f"p99 {p99:g}")
+    sigma = _Z99 - math.sqrt(_Z99 ** 2 - 2 * gap)
+    return math.log(mean) - sigma ** 2 / 2, sigma
+
+
+def check_sampled_lengths(options: dict[str, Any], where: str) -> None:
+    check_known(options, LENGTHS_OPTIONS, where)
+    lengths = options.get("lengths")
+    if not isinstance(lengths, dict) or set(lengths) - {"mean", "p99", "max"} or "mean" not in lengths:
+        raise ConfigError(f"{where}: workflow option lengths must be {{mean: N, p99: N, max: N}} (p99, max optional), "
+                          f"got {lengths!r}")
+    values = {k: lengths[k] for k in ("mean", "p99", "max") if k in lengths}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 for v in values.values()):
+        raise ConfigError(f"{where}: workflow option lengths: mean, p99 and max must be numbers >= 1, got {lengths!r}")
+    try:
+        lognormal_parameters(values["mean"], values.get("p99", values["mean"]))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: workflow option lengths: {exc}") from None
+
+
+def sampled_length(options: dict[str, Any], rid: str, limit: int) -> int:
+    """The episode's length: drawn from the log-normal, reproducibly from the request id and `seed`, at most max
+    (and the run's max_new_tokens)."""
+    lengths = options["lengths"]
+    mu, sigma = lognormal_parameters(lengths["mean"], lengths.get("p99", lengths["mean"]))
+    draw = random.Random(zlib.crc32(rid.encode()) ^ int(options.get("seed", 0))).lognormvariate(mu, sigma)
+    return max(1, min(round(draw), int(lengths.get("max", limit)), limit))
+
+
+async def sampled_lengths(ctx: EpisodeContext) -> Episode:
+    episode = ctx.new_episode()
+    await ctx.generate(episode, max_new_tokens=sampled_length(ctx.options, ctx.rid, ctx.limits.max_new_tokens),
+                       ignore_eos=True)
+    episode.ended_by = episode.finish_reason
+    return episode
+
+
 @hookimpl
 def register_workflows(register):
     register("single_turn", single_turn, description="one generation, scored (the default)")
@@ -135,6 +188,8 @@ def register_workflows(register):
              description="call tools (calculator, python, ...) until a final answer or a limit")
     register("feedback", feedback, check=check_feedback,
              description="retry with the reward's failure summary (code: failed tests), up to N attempts")
+    register("sampled_lengths", sampled_lengths, check=check_sampled_lengths,
+             description="exactly n tokens per response, n from a log-normal long tail (benchmarks, rehearsals)")
 
 
 @hookimpl

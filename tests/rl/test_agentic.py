@@ -220,3 +220,21 @@ def test_single_turn_by_its_short_path_makes_the_episodes_its_workflow_makes(tmp
     logprobs = [[lp for g in batch for t in g.trajectories for lp in t.output_logprobs] for batch in (short, full)]
     assert max(abs(a - b) for a, b in zip(*logprobs)) < 1e-4
     assert all(t.episode == {} and t.turns == [] for batch in (short, full) for g in batch for t in g.trajectories)
+
+
+def test_sampled_lengths_generates_exactly_the_drawn_length_of_each_response_past_eos(tmp_path, model_dirs):
+    """workflow sampled_lengths: every response is exactly its draw long (the model's EOS ignored, at most max),
+    the same draw for the same request id; and each trajectory carries its seconds and its reward's seconds."""
+    from areal_core.workflows.builtin import sampled_length
+
+    options = {"lengths": {"mean": 10, "p99": 60, "max": 30}, "seed": 3}
+    config = RolloutConfig(batch_size=2, group_size=8, max_staleness=0, max_new_tokens=40)
+    batch, _ = _controller_batch(_task(tmp_path, {"name": "sampled_lengths", "options": options}), model_dirs[0],
+                                 config)
+    trajectories = [t for group in batch for t in group.trajectories]
+    lengths = [len(t.output_token_ids) for t in trajectories]
+    assert lengths == [sampled_length(options, t.trajectory_id, 40) for t in trajectories]
+    assert max(lengths) <= 30 and len(set(lengths)) > 3
+    assert {t.finish_reason for t in trajectories} == {"length"}
+    for t in trajectories:
+        assert t.seconds > t.reward_seconds > 0
