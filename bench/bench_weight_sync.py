@@ -96,6 +96,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-weight-sync-") as tmp:
         model = model_dir(args, Path(tmp))
         result = asyncio.run(measure(args, model, Path(tmp)))
+    print_table(result, args)
+    print(f"\nreproduce: .venv/bin/python bench/bench_weight_sync.py "
+          f"{'--model ' + args.model if args.model else '--preset ' + args.preset} --repeats {args.repeats} "
+          f"--bucket-mb {args.bucket_mb:g}")
+
+
+def print_table(result: dict[str, list[float]], args: argparse.Namespace) -> None:
     disk_bytes, stream_bytes, delta_bytes = result["bytes"]
     median = {mode: statistics.median(result[mode]) for mode in ("disk", "distributed", "delta")}
     print(f"\nmodel: {args.model or args.preset}; buckets of at most {args.bucket_mb:g} MB; group made in "
@@ -104,9 +111,6 @@ def main() -> None:
     print("|---|---|---|---|")
     for mode, size in (("disk", disk_bytes), ("distributed", stream_bytes), ("delta", delta_bytes)):
         print(f"| {mode} | {size / 2**20:.0f} MiB | {median[mode]:.2f} | {median['disk'] / median[mode]:.1f}x |")
-    print(f"\nreproduce: .venv/bin/python bench/bench_weight_sync.py "
-          f"{'--model ' + args.model if args.model else '--preset ' + args.preset} --repeats {args.repeats} "
-          f"--bucket-mb {args.bucket_mb:g}")
 
 
 if __name__ == "__main__":
