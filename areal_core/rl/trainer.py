@@ -213,10 +213,10 @@ SOFTMAX_CHUNK = 512
 
 def _normaliser_and_entropy(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """logsumexp(logits / T) and the entropy of softmax(logits / T), both [P], for logits [P, V]."""
-    scaled = logits.float() / (temperature if temperature > 0 else 1.0)
+    scaled = logits / (temperature if temperature > 0 else 1.0)
     normaliser = torch.logsumexp(scaled, dim=-1)
-    probs = torch.exp(scaled - normaliser[:, None])
-    return normaliser, normaliser - (probs * scaled).sum(-1)
+    logprobs = scaled - normaliser[:, None]
+    return normaliser, -(logprobs.exp() * logprobs).sum(-1)
 
 
 def picked_logprobs(logits: torch.Tensor, temperature: float, entropy_grad: bool,
@@ -227,6 +227,13 @@ def picked_logprobs(logits: torch.Tensor, temperature: float, entropy_grad: bool
     rounding."""
     from torch.utils.checkpoint import checkpoint
 
+    # float32 once, before the two paths (the chunks' normaliser and the picked logits) fork: their gradients then
+    # add up in float32 and are rounded to a bfloat16 model's dtype once, as with one log_softmax (added in
+    # bfloat16, a confident token's 1 - p rounded to 0)
+    logits = logits.float()
+    if logits.numel() == 0:
+        empty = logits.sum(-1)
+        return logits[index], empty
     flat = logits.reshape(-1, logits.shape[-1])
     parts = []
     for chunk in flat.split(SOFTMAX_CHUNK):
@@ -240,7 +247,7 @@ def picked_logprobs(logits: torch.Tensor, temperature: float, entropy_grad: bool
         entropy = entropy.detach()
     *where, token = index
     scale = temperature if temperature > 0 else 1.0
-    return logits[(*where, token)].float() / scale - normaliser[tuple(where)], entropy
+    return logits[(*where, token)] / scale - normaliser[tuple(where)], entropy
 
 
 def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool, top_p: float = 1.0,

@@ -27,3 +27,19 @@ def test_chunked_logprobs_and_entropy_equal_a_whole_log_softmax_with_their_gradi
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     # without entropy_grad the entropy carries no gradient, as before
     assert not picked_logprobs(logits, temperature, False, (rows, cols, tokens))[1].requires_grad
+
+
+def test_a_bfloat16_models_gradient_is_the_whole_float32_softmaxs_rounded_once():
+    """bfloat16 logits: the gradient of a confident token (p ~ 0.999) is that of log_softmax(logits.float()), not
+    two bfloat16 gradients added (which rounds 1 - p to 0)."""
+    logits = torch.full((1, 4, 300), -4.0)
+    logits[0, :, 7] = 6.0   # p(7) ~ 0.998
+    logits = logits.to(torch.bfloat16).requires_grad_(True)
+    tokens = torch.full((1, 4), 7)
+    rows, cols = torch.zeros(1, 4, dtype=torch.long), torch.arange(4)[None, :]
+    logprobs, _ = picked_logprobs(logits, 1.0, False, (rows, cols, tokens))
+    got = torch.autograd.grad(logprobs.sum(), logits)[0]
+    whole, _ = _logprobs_and_entropy(logits, 1.0, False)
+    want = torch.autograd.grad(whole.gather(-1, tokens[..., None]).sum(), logits)[0]
+    assert torch.equal(got, want)
+    assert (got[0, :, 7] > 0).all()
