@@ -99,8 +99,8 @@ def test_the_builtin_backends_are_default_plugins_listed_with_what_they_provide(
                         "builtin-reward-backends": ["reward-backend:celery", "reward-backend:local"],
                         "builtin-trainers": ["trainer:fsdp", "trainer:local"],
                         "builtin-audit": ["audit:*:degenerate"],
-                        "builtin-workflows": ["tool:calculator", "workflow:feedback", "workflow:single_turn",
-                                              "workflow:tool_calls"]}
+                        "builtin-workflows": ["tool:calculator", "workflow:feedback", "workflow:sampled_lengths",
+                                              "workflow:single_turn", "workflow:tool_calls"]}
     assert all(plugins[name]["builtin"] and plugins[name]["distribution"] == "areal-core" and
                plugins[name]["error"] is None for name in DEFAULT_PLUGINS)
     table = areal("plugins", env={"AREAL_PLUGINS": "", "COLUMNS": "200"})
