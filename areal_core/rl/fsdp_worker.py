@@ -50,11 +50,9 @@ from areal_core.engine.weight_sync import WeightSender
 from areal_core.files import atomic_directory, atomic_write
 from areal_core.rl.checkpoint import (
     CheckpointTensors,
-    check_model_keys,
     is_format_1,
     read_checkpoint,
     read_meta,
-    stored_names,
     verify_checkpoint,
     write_checkpoint,
     write_model_files,
@@ -301,26 +299,23 @@ class Rank:
         """Rank 0 reads the checkpoint a tensor at a time; every rank takes its shard of each."""
         learner = self.learner
         box: list[Any] = [None]
-        if self.rank == 0:
-            manifest = verify_checkpoint(directory)
-            check_model_keys(directory, stored_names(directory, manifest), learner.parameter_names(),
-                             learner.tied_embeddings)
-            box = [manifest]
+        if self.rank == 0:   # the controller verified it and its names just before (FSDPTrainer.load_checkpoint)
+            box = [verify_checkpoint(directory, digests=False)]
         dist.broadcast_object_list(box, src=0, group=self.control)
         manifest = box[0]
         if is_format_1(manifest):
-            return self._load_format_1(directory)
+            return self._load_format_1(directory, manifest)
         meta = [read_meta(directory, manifest) if self.rank == 0 else None]
         dist.broadcast_object_list(meta, src=0, group=self.control)
         learner.load_tensors(CheckpointTensors(directory, manifest) if self.rank == 0 else None, meta[0])
         return learner.version
 
-    def _load_format_1(self, directory: str) -> int:
+    def _load_format_1(self, directory: str, manifest: dict[str, Any]) -> int:
         """A checkpoint of format 1: rank 0 reads it whole and broadcasts it."""
         learner = self.learner
         checkpoint, small = None, [None]
         if self.rank == 0:
-            checkpoint = read_checkpoint(directory)
+            checkpoint = read_checkpoint(directory, manifest)
             small = [(bool(checkpoint.optimizer_state), checkpoint.scheduler_state, checkpoint.rng_states,
                       checkpoint.version)]
         dist.broadcast_object_list(small, src=0, group=self.control)

@@ -987,7 +987,7 @@ class LocalTrainer:
         check_model_keys(directory, stored_names(directory, manifest), learner.parameter_names(),
                          learner.tied_embeddings)
         if is_format_1(manifest):
-            checkpoint = read_checkpoint(directory)
+            checkpoint = read_checkpoint(directory, manifest)
             learner.load_full_state(checkpoint.model_state, checkpoint.optimizer_state,
                                     bool(checkpoint.optimizer_state), checkpoint.scheduler_state,
                                     checkpoint.rng_states, checkpoint.version)
