@@ -173,6 +173,10 @@ class TrainerConfig:
     share_prompts: bool = True
     micro_batch_tokens: int = 4096      # packed: budget of padded tokens per micro-batch
     micro_batch_size: int = 16          # fixed: sequences per micro-batch
+    # Each decoder layer's activations recomputed in the backward pass instead of kept (Hugging Face gradient
+    # checkpointing, non-reentrant): a micro-batch holds about one layer's activations, not every layer's, for about
+    # one more forward pass of compute (bench/RESULTS.md, "Real-size rehearsal").
+    gradient_checkpointing: bool = False
     dtype: str = "float32"
     device: str = "cpu"                 # fsdp: "cuda" gives each rank its local GPU (NCCL); "cpu" uses gloo
     fsdp_processes: int = 2             # fsdp: ranks torchrun starts on this machine (--nproc-per-node)

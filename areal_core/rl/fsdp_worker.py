@@ -58,8 +58,8 @@ from areal_core.rl.checkpoint import (
     write_model_files,
 )
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, rng_state, served_state,
-                                   trains_differently, with_adapters)
+from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, frozen_model, rng_state,
+                                   served_state, trainable_model, trains_differently, with_adapters)
 
 # What FSDPTrainer puts in the environment of the torchrun it starts. Ranks started by hand on other nodes
 # lack them, which is how a rank knows whether it shares the controller's machine.
@@ -226,18 +226,16 @@ class Rank:
         spec, config = self.spec, self.config
         mesh = init_device_mesh(self.device.type, (self.world,))
         self.tokenizer = load_tokenizer(spec.model_path)
-        model = with_adapters(load_model(spec.model_path, dtype=config.dtype, device=str(self.device)), config).train()
+        model = trainable_model(load_model(spec.model_path, dtype=config.dtype, device=str(self.device)), config)
         train_mode_differs = trains_differently(model)
         model = shard_model(model, mesh)
-        def frozen_copy() -> torch.nn.Module:  # another model of the same weights, sharded the same way
-            return shard_model(load_model(spec.model_path, dtype=config.dtype, device=str(self.device))
-                               .requires_grad_(False), mesh)
+        def frozen_copy(adapters: bool) -> torch.nn.Module:  # another model of the same weights, sharded the same way
+            loaded = load_model(spec.model_path, dtype=config.dtype, device=str(self.device))
+            return shard_model(frozen_model(with_adapters(loaded, config) if adapters else loaded), mesh)
 
-        reference = frozen_copy() if config.kl_coef > 0 else None
-        previous = None
-        if config.measure_stale_mismatch:   # the same structure as the model: its parameters are copied one by one
-            previous = shard_model(with_adapters(load_model(spec.model_path, dtype=config.dtype,
-                                                            device=str(self.device)), config).requires_grad_(False), mesh)
+        reference = frozen_copy(adapters=False) if config.kl_coef > 0 else None   # LoRA's adapters start at zero
+        # the same structure as the model: its parameters are copied one by one
+        previous = frozen_copy(adapters=True) if config.measure_stale_mismatch else None
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, spec.total_steps, spec.version, pad_id,
                                   DataParallel(self.rank, self.world, self.device), train_mode_differs, previous)

@@ -53,6 +53,7 @@ from areal_core.rl.checkpoint import (
     write_model_files,
 )
 from areal_core.rl.config import TrainerConfig
+from areal_core.rl.output_head import head_logprobs, hidden_states, use_hidden_state_head, uses_hidden_state_head
 from areal_core.types import Trajectory
 
 
@@ -126,6 +127,31 @@ def with_adapters(model: torch.nn.Module, config: TrainerConfig) -> torch.nn.Mod
     return add_adapters(model, config.lora)
 
 
+def trainable_model(model: torch.nn.Module, config: TrainerConfig) -> torch.nn.Module:
+    """The policy as a learner trains it, in train mode: with trainer.lora's adapters, with trainer.gradient_checkpointing
+    each decoder layer's activations recomputed in the backward pass, its log-probs taken from the hidden states
+    where that is exact (rl/output_head.py). Before FSDP shards it."""
+    model = with_adapters(model, config)
+    if config.gradient_checkpointing:
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise TrainerError(f"trainer.gradient_checkpointing: {type(model).__name__} does not support it "
+                               "(Hugging Face supports_gradient_checkpointing is false)")
+        enable = getattr(model, "activation_checkpointing_enable", None)   # its name from transformers 5.2x on
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    use_hidden_state_head(model)
+    return model.train()
+
+
+def frozen_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A model the learner only evaluates (the reference, the weights before the last update), as `trainable_model`
+    but without gradients."""
+    use_hidden_state_head(model)
+    return model.requires_grad_(False)
+
+
 def served_state(state: dict[str, torch.Tensor], config: TrainerConfig) -> dict[str, torch.Tensor]:
     """A full model state as the engines serve it: with trainer.lora, each adapted weight merged."""
     if config.lora is None:
@@ -194,12 +220,14 @@ def sequence_logprobs(model: torch.nn.Module, tokens: torch.Tensor, attention: t
     The same quantity the engines return as the behaviour log-prob (see engine/protocol.py): with top-p / top-k,
     that of the renormalised truncated distribution. The entropy (of the distribution the log-probs are of)
     carries a gradient only with `entropy_grad` (for an entropy bonus in the loss)."""
-    logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1]
     if not truncates(top_p, top_k) or temperature <= 0:
         n, width = tokens.shape[0], tokens.shape[1] - 1
         rows = torch.arange(n, device=tokens.device)[:, None].expand(n, width)
         cols = torch.arange(width, device=tokens.device)[None, :].expand(n, width)
-        return picked_logprobs(logits, temperature, entropy_grad, (rows, cols, tokens[:, 1:]))
+        logprobs, entropy = forward_logprobs(model, temperature, entropy_grad, (rows, cols, tokens[:, 1:]),
+                                             input_ids=tokens, attention_mask=attention)
+        return logprobs, entropy[:, :-1]
+    logits = model(input_ids=tokens, attention_mask=attention).logits[:, :-1]
     logprobs, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)
     return logprobs.gather(-1, tokens[:, 1:, None])[..., 0], entropy
 
@@ -250,6 +278,17 @@ def picked_logprobs(logits: torch.Tensor, temperature: float, entropy_grad: bool
     return logits[(*where, token)] / scale - normaliser[tuple(where)], entropy
 
 
+def forward_logprobs(model: torch.nn.Module, temperature: float, entropy_grad: bool, index: tuple[torch.Tensor, ...],
+                     **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward pass of `inputs`, then `picked_logprobs` at `index` (the entropy at every input position): from
+    the hidden states a chunk at a time where the model was checked for it (rl/output_head.py), else from its
+    logits."""
+    if uses_hidden_state_head(model):
+        hidden, head = hidden_states(model, **inputs)
+        return head_logprobs(hidden, head, temperature, entropy_grad, index)
+    return picked_logprobs(model(**inputs).logits, temperature, entropy_grad, index)
+
+
 def _logprobs_and_entropy(logits: torch.Tensor, temperature: float, entropy_grad: bool, top_p: float = 1.0,
                           top_k: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-softmax of logits / T over the vocabulary [..., V] (renormalised over what top-p / top-k keep), and
@@ -274,11 +313,12 @@ def microbatch_logprobs(model: torch.nn.Module, mb: "_MicroBatch", temperature: 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask: a bool one is ignored
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
-    logits = model(input_ids=shared.tokens, attention_mask=mask, position_ids=shared.positions).logits
+    inputs = {"input_ids": shared.tokens, "attention_mask": mask, "position_ids": shared.positions}
     if not truncates(top_p, top_k) or temperature <= 0:
-        logprobs, entropy = picked_logprobs(logits, temperature, entropy_grad,
-                                            (shared.rows, shared.cols, mb.tokens[:, 1:]))
+        logprobs, entropy = forward_logprobs(model, temperature, entropy_grad,
+                                             (shared.rows, shared.cols, mb.tokens[:, 1:]), **inputs)
         return logprobs, entropy[shared.rows, shared.cols]
+    logits = model(**inputs).logits
     packed, entropy = _logprobs_and_entropy(logits, temperature, entropy_grad, top_p, top_k)  # [R, W, V], [R, W]
     return packed[shared.rows, shared.cols, mb.tokens[:, 1:]], entropy[shared.rows, shared.cols]  # [n, L-1] each
 
@@ -913,14 +953,14 @@ class LocalTrainer:
         from areal_core.engine.model import load_model, load_tokenizer
 
         self.config = config
-        model = with_adapters(load_model(model_path, dtype=config.dtype, device=config.device), config).train()
+        model = trainable_model(load_model(model_path, dtype=config.dtype, device=config.device), config)
         self.tokenizer = load_tokenizer(model_path)
         reference = previous = None
         if config.kl_coef > 0:   # the base model (LoRA's adapters start at zero)
-            reference = load_model(model_path, dtype=config.dtype, device=config.device).requires_grad_(False)
+            reference = frozen_model(load_model(model_path, dtype=config.dtype, device=config.device))
         if config.measure_stale_mismatch:   # the same structure as the model: its parameters are copied one by one
-            previous = with_adapters(load_model(model_path, dtype=config.dtype, device=config.device),
-                                     config).requires_grad_(False)
+            previous = frozen_model(with_adapters(load_model(model_path, dtype=config.dtype, device=config.device),
+                                                  config))
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = PPOLearner(model, reference, config, total_steps, version, pad_id, previous=previous)
         self.sender = WeightSender(model, config.lora.scale if config.lora else None)

@@ -106,6 +106,18 @@ def test_fsdp_publishes_the_same_weights_as_the_local_trainer(runs, model_dir):
         assert (published / "config.json").is_file() and (published / "tokenizer.json").is_file()
 
 
+def test_fsdp_with_gradient_checkpointing_takes_the_same_steps(runs, model_dir, batches):
+    """Each sharded layer recomputed in the backward pass (FSDP2 gathers its shard again for the recompute): the
+    local trainer's first two steps, which kept every activation."""
+    trainer = create_trainer(model_dir, TrainerConfig(backend="fsdp", gradient_checkpointing=True, **SETTINGS),
+                             TOTAL_STEPS)
+    try:
+        for batch, expected in zip(batches[:2], runs["local"]["metrics"]):
+            assert_same_metrics(train_step(trainer, batch, 1.0), expected, rel=1e-4)
+    finally:
+        trainer.close()
+
+
 def test_every_rank_runs_the_same_number_of_microbatches(runs):
     for metrics in runs["fsdp"]["metrics"]:
         assert metrics["rank_microbatches_min"] == metrics["rank_microbatches_max"]
