@@ -277,29 +277,36 @@ def read_checkpoint(directory: str | Path, manifest: dict[str, Any] | None = Non
     )
 
 
-def check_model_keys(directory: str | Path, loaded: set[str], expected: set[str], tied_embeddings: bool) -> None:
-    """The checkpoint's weights name exactly the model's parameters (the tied output head may be absent)."""
-    missing = expected - loaded - ({"lm_head.weight"} if tied_embeddings else set())
-    unexpected = loaded - expected
+def check_model_keys(directory: str | Path, stored: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]],
+                     tied_embeddings: bool) -> None:
+    """The checkpoint's weights name exactly the model's parameters (the tied output head may be absent), each of
+    the model's shape (`stored_shapes`; `expected`: name -> full, unsharded shape)."""
+    missing = set(expected) - set(stored) - ({"lm_head.weight"} if tied_embeddings else set())
+    unexpected = set(stored) - set(expected)
     if missing or unexpected:
         raise CheckpointError(f"trainer checkpoint {directory} does not fit this model: "
                               f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    reshaped = [f"{name} is {list(stored[name])}, the model's {list(expected[name])}"
+                for name in sorted(stored) if tuple(stored[name]) != tuple(expected[name])]
+    if reshaped:
+        raise CheckpointError(f"trainer checkpoint {directory} does not fit this model (another size of it?): "
+                              f"{'; '.join(reshaped[:3])}" + (f"; and {len(reshaped) - 3} more" if len(reshaped) > 3 else ""))
 
 
-def stored_names(directory: str | Path, manifest: dict[str, Any]) -> set[str]:
-    """The parameter names a verified checkpoint holds (the adapters' and their base weights' as peft names them),
-    read from the files' headers without loading them."""
+def stored_shapes(directory: str | Path, manifest: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """name -> shape of the parameters a verified checkpoint holds (the adapters' and their base weights' as peft
+    names them), read from the files' headers without loading them."""
     from safetensors import safe_open
 
-    def names(file: str) -> dict[str, Any]:
+    def shapes(file: str) -> dict[str, Any]:
         with safe_open(str(Path(directory) / file), framework="pt") as weights:
-            return dict.fromkeys(weights.keys())
+            return {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
 
-    base = names(WEIGHTS_FILE)
-    return set(join_adapters(base, names(ADAPTERS_FILE)) if ADAPTERS_FILE in manifest["files"] else base)
+    base = shapes(WEIGHTS_FILE)
+    return join_adapters(base, shapes(ADAPTERS_FILE)) if ADAPTERS_FILE in manifest["files"] else base
 
 
-def join_adapters(base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def join_adapters(base: dict[str, Any], adapters: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint's base weights (under the HF names) and adapters as the model's full state: an adapted module's
     base weights under peft's names again."""
     adapted = {name[:-len(LORA_A)] for name in adapters if name.endswith(LORA_A)}

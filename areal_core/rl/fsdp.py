@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from areal_core.engine.weight_sync import Bucket
 from areal_core.files import atomic_directory
-from areal_core.rl.checkpoint import check_model_keys, stored_names, verify_checkpoint
+from areal_core.rl.checkpoint import check_model_keys, stored_shapes, verify_checkpoint
 from areal_core.rl.fsdp_worker import AUTHKEY_ENV, CONTROLLER_PID_ENV, START_ID_ENV
 from areal_core.rl.config import TrainerConfig
 from areal_core.rl.trainer import TrainerError
@@ -264,7 +264,7 @@ class FSDPTrainer:
         self.worker_pids.extend(ready["pids"])
         self.members = ready["members"]
         self.world_size = ready["world_size"]
-        self._parameter_names: set[str] = set(ready["parameters"])
+        self._parameter_shapes = {name: tuple(shape) for name, shape in ready["parameters"].items()}
         self._tied_embeddings: bool = ready["tied_embeddings"]
 
     def _lock_work_dir(self) -> Any:
@@ -329,8 +329,8 @@ class FSDPTrainer:
     def load_checkpoint(self, directory: str | Path) -> int:
         # Vetted here, so that a bad checkpoint is an error in this process and not a dead worker group.
         directory = Path(directory).resolve()
-        names = stored_names(directory, verify_checkpoint(directory))
-        check_model_keys(directory, names, self._parameter_names, self._tied_embeddings)
+        shapes = stored_shapes(directory, verify_checkpoint(directory))
+        check_model_keys(directory, shapes, self._parameter_shapes, self._tied_embeddings)
         self.version = self._request("load", str(directory))
         return self.version
 

@@ -391,7 +391,7 @@ class Rank:
             local_pids = [m["pid"] for m in self.members if m["controller_start_id"] is not None]
             connection.send(("ok", {"pids": local_pids, "members": self.members, "world_size": self.world,
                                     "version": self.learner.version,
-                                    "parameters": sorted(self.learner.parameter_names()),
+                                    "parameters": self.learner.parameter_shapes(),
                                     "tied_embeddings": self.learner.tied_embeddings}))
         handlers = {"prepare": self.prepare, "proximal": self.proximal, "update": self.update,
                     "publish": self.publish, "save": self.save, "load": self.load,

@@ -47,7 +47,7 @@ from areal_core.rl.checkpoint import (
     is_format_1,
     read_checkpoint,
     read_meta,
-    stored_names,
+    stored_shapes,
     verify_checkpoint,
     write_checkpoint,
     write_model_files,
@@ -842,7 +842,7 @@ class PPOLearner:
         )
 
         broadcast = self.dp.size > 1
-        # strict=False: a tied output head is stored once, as the embedding (check_model_keys vets the names).
+        # strict=False: a tied output head is stored once, as the embedding (check_model_keys vets names and shapes).
         set_model_state_dict(self.model, model_state,
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast, strict=False))
         if optimizer_stepped:
@@ -938,8 +938,9 @@ class PPOLearner:
             torch.distributed.broadcast(full, src=0, group=self.dp.group)
         target.copy_(full)
 
-    def parameter_names(self) -> set[str]:
-        return set(self.model.state_dict().keys())
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """name -> full (unsharded) shape of every entry of the model's state."""
+        return {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
 
     @property
     def tied_embeddings(self) -> bool:
@@ -1024,7 +1025,7 @@ class LocalTrainer:
     def load_checkpoint(self, directory: str | Path) -> int:
         learner = self.learner
         manifest = verify_checkpoint(directory)
-        check_model_keys(directory, stored_names(directory, manifest), learner.parameter_names(),
+        check_model_keys(directory, stored_shapes(directory, manifest), learner.parameter_shapes(),
                          learner.tied_embeddings)
         if is_format_1(manifest):
             checkpoint = read_checkpoint(directory, manifest)

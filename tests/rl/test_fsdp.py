@@ -169,6 +169,23 @@ def test_fsdp_resumes_from_a_checkpoint_of_either_backend(runs, model_dir, batch
     assert_same_metrics(train_step(local, batches[2], 1.0), runs["fsdp"]["metrics"][2], rel=1e-4)
 
 
+def test_a_checkpoint_taken_right_after_a_no_grad_pass_holds_the_whole_state(runs, model_dir, batches, tmp_path):
+    """FSDP2 leaves the root's weights unsharded after a forward pass (pi_prox): the module then holds full tensors
+    in place of the optimizer's shards. A checkpoint taken there still holds every weight and Adam moment."""
+    with create_trainer(model_dir, config("fsdp"), TOTAL_STEPS) as trainer:
+        assert trainer.load_checkpoint(runs["fsdp"]["checkpoint"]) == 2
+        trainer.recompute_proximal(trainer.prepare(batches[2], 1.0))
+        trainer.save_checkpoint(tmp_path / "after-prox")
+    expected, got = (LocalTrainer(model_dir, config("local"), TOTAL_STEPS) for _ in range(2))
+    expected.load_checkpoint(runs["fsdp"]["checkpoint"])
+    got.load_checkpoint(tmp_path / "after-prox")
+    for (name, want), have in zip(expected.model.named_parameters(), got.model.parameters()):
+        torch.testing.assert_close(have, want, rtol=0, atol=0, msg=name)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(got.learner.optimizer.state[have][key],
+                                       expected.learner.optimizer.state[want][key], rtol=0, atol=0, msg=f"{key}/{name}")
+
+
 def test_a_killed_rank_is_a_clear_error_not_a_hang(model_dir, batches, tmp_path):
     trainer = FSDPTrainer(model_dir, config("fsdp"), TOTAL_STEPS, scratch_dir=tmp_path)
     try:

@@ -130,6 +130,13 @@ def test_checkpoint_of_a_different_model_is_refused(checkpoint, tmp_path):
     deeper = init_model(tmp_path / "deeper", **{**TEST_MODEL, "num_hidden_layers": 3})
     with pytest.raises(CheckpointError, match=r"does not fit this model: missing \['model\.layers\.2\."):
         LocalTrainer(deeper, CONFIG, TOTAL_STEPS).load_checkpoint(checkpoint["path"])
+    # the same names, another width: refused by shape before any tensor is copied
+    wider = init_model(tmp_path / "wider", **{**TEST_MODEL, "intermediate_size": 2 * TEST_MODEL["intermediate_size"]})
+    trainer = LocalTrainer(wider, CONFIG, TOTAL_STEPS)
+    with pytest.raises(CheckpointError, match=r"another size of it\?\): model\.layers\.0\.mlp\.down_proj\.weight is "
+                                              r"\[96, 288\], the model's \[96, 576\].*and 3 more"):
+        trainer.load_checkpoint(checkpoint["path"])
+    assert trainer.version == 0
 
 
 WRITER = textwrap.dedent("""
