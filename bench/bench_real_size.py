@@ -225,8 +225,8 @@ def main() -> None:
                     f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
                     "rollout.max_staleness=1", "rollout.skip_uniform_groups=false", "trainer.backend=fsdp",
                     "trainer.fsdp_processes=2", "trainer.lr=1e-5", "trainer.entropy_coef=1e-3",
-                    # a micro-batch's logits are tokens x 151,936 floats: 512 tokens keep each copy at 0.3 GB
-                    f"trainer.micro_batch_tokens={args.micro_batch_tokens}",
+                    # each layer's activations recomputed in the backward pass: a rank then holds ~one layer's
+                    f"trainer.micro_batch_tokens={args.micro_batch_tokens}", "trainer.gradient_checkpointing=true",
                     "checkpoint_every=1", "tensorboard=false",
                     "eval.db=null", "engine.backend=sglang", f"engine.urls=[{server.url}]",
                     "engine.weight_sync=distributed", "reward.workers=1", *args.overrides]

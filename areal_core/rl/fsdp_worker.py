@@ -58,6 +58,7 @@ from areal_core.rl.checkpoint import (
     write_model_files,
 )
 from areal_core.rl.config import TrainerConfig
+from areal_core.rl.memory import return_freed_memory
 from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, frozen_model, rng_state,
                                    served_state, trainable_model, trains_differently, with_adapters)
 
@@ -457,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     # Only the controller's machine can see its process; elsewhere the heartbeat stands in for it.
     watch_processes(int(os.environ[CONTROLLER_PID_ENV]) if started_by_controller is not None else None)
     torch.set_num_threads(TrainerConfig(**spec.config).fsdp_threads_per_process)
+    return_freed_memory()
     rank = Rank(spec, str(args.spec), started_by_controller)
     if rank.problem is not None:
         return rank.refuse(rank.problem)
