@@ -266,6 +266,8 @@ class FSDPTrainer:
         self.world_size = ready["world_size"]
         self._parameter_shapes = {name: tuple(shape) for name, shape in ready["parameters"].items()}
         self._tied_embeddings: bool = ready["tied_embeddings"]
+        # whether the ranks take log-probs from the hidden states, the head a chunk at a time (rl/output_head.py)
+        self.hidden_state_head: bool = ready["hidden_state_head"]
 
     def _lock_work_dir(self) -> Any:
         """Hold a lock on the scratch directory for this trainer's life: two trainers there would overwrite

@@ -59,6 +59,7 @@ from areal_core.rl.checkpoint import (
 )
 from areal_core.rl.config import TrainerConfig
 from areal_core.rl.memory import return_freed_memory
+from areal_core.rl.output_head import uses_hidden_state_head
 from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, frozen_model, rng_state,
                                    served_state, trainable_model, trains_differently, with_adapters)
 
@@ -393,7 +394,8 @@ class Rank:
             connection.send(("ok", {"pids": local_pids, "members": self.members, "world_size": self.world,
                                     "version": self.learner.version,
                                     "parameters": self.learner.parameter_shapes(),
-                                    "tied_embeddings": self.learner.tied_embeddings}))
+                                    "tied_embeddings": self.learner.tied_embeddings,
+                                    "hidden_state_head": uses_hidden_state_head(self.learner.model)}))
         handlers = {"prepare": self.prepare, "proximal": self.proximal, "update": self.update,
                     "publish": self.publish, "save": self.save, "load": self.load,
                     "stage_weights": self.stage_weights, "join_weights": self.join_weights,

@@ -28,8 +28,17 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return base() if callable(base) else model
 
 
+# Config settings of models that do more to their logits than the head (soft-capping: Gemma 2; scaling: Cohere,
+# Granite): the probe could miss it on small random-init logits, so they are refused by name.
+LOGIT_TRANSFORMS = {"final_logit_softcapping": None, "logit_softcapping": None, "logit_scale": 1.0,
+                    "logits_scaling": 1.0}
+
+
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
     inner = _unwrapped(model)
+    config = getattr(inner, "config", None)
+    if any(getattr(config, key, neutral) not in (neutral, None) for key, neutral in LOGIT_TRANSFORMS.items()):
+        return None
     try:
         decoder, head = inner.get_decoder(), inner.get_output_embeddings()
     except (AttributeError, ValueError, NotImplementedError):
@@ -42,7 +51,10 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
 def hidden_states(model: torch.nn.Module, **inputs: Any) -> tuple[torch.Tensor, torch.nn.Linear]:
     """The decoder's last hidden states [..., H] for `inputs`, and the output head: one forward pass of the model
     asked for no logits (logits_to_keep = no position), the states taken from the decoder's output."""
-    decoder, head = _decoder_and_head(model)
+    found = _decoder_and_head(model)
+    if found is None:
+        raise ValueError(f"{type(model).__name__} has no plain linear output head after its decoder")
+    decoder, head = found
     captured: list[torch.Tensor] = []
 
     def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -56,6 +68,11 @@ def hidden_states(model: torch.nn.Module, **inputs: Any) -> tuple[torch.Tensor, 
         handle.remove()
     if len(captured) != 1:
         raise RuntimeError(f"the decoder of {type(model).__name__} ran {len(captured)} times in one forward pass")
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(head.weight, DTensor):   # FSDP2 keeps the root (embeddings, head) unsharded after its forward
+        raise RuntimeError("the output head's weight is sharded after the forward pass (the FSDP root was set to "
+                           "reshard after forward?): the log-probs need the gathered weight")
     return captured[0], head
 
 
@@ -129,8 +146,10 @@ class _HeadLogprobs(torch.autograd.Function):
     def backward(ctx: Any, grad_picked: torch.Tensor | None, grad_entropy: torch.Tensor | None) -> tuple[Any, ...]:
         hidden, weight, bias, positions, tokens, normaliser, entropy = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
-        grad_hidden = torch.zeros_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None   # every chunk's rows are written
+        # in the weight's dtype (each chunk's product is accumulated in float32 by the matmul and added once): a
+        # float32 [V, H] buffer beside a bfloat16 model's own gradient would be 3x its size (Liger does the same)
+        grad_weight = torch.zeros_like(weight) if need_weight else None
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_bias else None
         for c, (start, end) in enumerate(ctx.chunks):
             logp = _chunk_logits(hidden[start:end], weight, bias, ctx.scale).sub_(normaliser[start:end, None])
@@ -155,11 +174,11 @@ class _HeadLogprobs(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad.to(weight.dtype) @ weight
             if grad_weight is not None:
-                grad_weight.addmm_(grad.t(), hidden[start:end].float())
+                grad_weight.addmm_(grad.t().to(weight.dtype), hidden[start:end].to(weight.dtype))
             if grad_bias is not None:
                 grad_bias += grad.sum(0)
-        return (grad_hidden, grad_weight.to(weight.dtype) if grad_weight is not None else None,
-                grad_bias.to(bias.dtype) if grad_bias is not None else None, None, None, None)
+        return (grad_hidden, grad_weight, grad_bias.to(bias.dtype) if grad_bias is not None else None,
+                None, None, None)
 
 
 def head_logprobs(hidden: torch.Tensor, head: torch.nn.Linear, temperature: float, entropy_grad: bool,

@@ -27,6 +27,7 @@ from areal_core.files import atomic_directory, atomic_write, directory_bytes
 from areal_core.rewards import RewardService
 from areal_core.rl.algorithms import group_advantages
 from areal_core.rl.config import TrainConfig, check_resume_config
+from areal_core.rl.memory import return_freed_memory
 from areal_core.rl.model_cache import resolve_model
 from areal_core.rl.report import RunLogger, format_eval, mismatch_summary, plot_rewards, print_summary
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
@@ -291,6 +292,7 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     resume: the directory of an earlier run of this config; it continues from its newest intact checkpoint
     (from the start, in the same directory, when it has none)."""
     started = time.perf_counter()
+    return_freed_memory()   # this process may hold the local trainer (the FSDP ranks set it themselves)
     torch.manual_seed(config.seed)
     if config.engine.torch_threads:
         torch.set_num_threads(config.engine.torch_threads)

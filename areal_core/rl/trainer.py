@@ -53,7 +53,6 @@ from areal_core.rl.checkpoint import (
     write_model_files,
 )
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.memory import return_freed_memory
 from areal_core.rl.output_head import head_logprobs, hidden_states, use_hidden_state_head, uses_hidden_state_head
 from areal_core.types import Trajectory
 
@@ -955,7 +954,6 @@ class LocalTrainer:
         from areal_core.engine.model import load_model, load_tokenizer
 
         self.config = config
-        return_freed_memory()
         model = trainable_model(load_model(model_path, dtype=config.dtype, device=config.device), config)
         self.tokenizer = load_tokenizer(model_path)
         reference = previous = None

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from areal_core.engine.model import init_model
 from areal_core.rl.fsdp import FSDPTrainer
 from areal_core.rl.config import TrainerConfig
+from areal_core.rl.output_head import uses_hidden_state_head
 from areal_core.rl.trainer import LocalTrainer, TrainerError, create_trainer, rank_share, train_step
 from support import process_is_running
 from trainer_support import COMPARED, SETTINGS, TEST_MODEL, TOTAL_STEPS, load_weights, make_batch
@@ -62,6 +63,8 @@ def runs(model_dir, batches, tmp_path_factory):
     trainers = {"local": LocalTrainer(model_dir, config("local"), TOTAL_STEPS)}
     trainers["fsdp"] = create_trainer(model_dir, config("fsdp"), TOTAL_STEPS)
     try:
+        # both take the log-probs from the hidden states, the output head a chunk at a time (test_output_head.py)
+        assert trainers["fsdp"].hidden_state_head and uses_hidden_state_head(trainers["local"].model)
         for name, trainer in trainers.items():
             metrics = [train_step(trainer, batch, 1.0) for batch in batches[:2]]
             trainer.save_checkpoint(out / f"{name}-checkpoint")

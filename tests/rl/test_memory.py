@@ -2,6 +2,7 @@
 heap, where they fragmented it and the process kept their memory (an FSDP rank at 0.5B: 6.52 GB peak, 5.86 with)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(setting: str) -> tuple[int, int, int]:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, setting], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    out = subprocess.run([sys.executable, "-c", SCRIPT, setting], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     mapped, held, left = map(int, out.stdout.split())
     return mapped, held, left

@@ -44,8 +44,15 @@ def test_values_and_gradients_equal_one_log_softmax_over_the_whole_logits(temper
         torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
         torch.testing.assert_close(entropy, expected_entropy, rtol=0, atol=1e-5)
         weights = torch.randn(logprobs.shape, generator=generator)
-        got = torch.autograd.grad((weights * logprobs).sum() + 0.3 * entropy.sum(), params)
-        want = torch.autograd.grad((weights * expected).sum() + 0.3 * expected_entropy.sum(), params)
+        bonus = torch.randn(entropy.shape, generator=generator)   # per position: a misplaced chunk would show
+        got = torch.autograd.grad((weights * logprobs).sum() + (bonus * entropy).sum(), params, retain_graph=True)
+        want = torch.autograd.grad((weights * expected).sum() + (bonus * expected_entropy).sum(), params,
+                                   retain_graph=True)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=2e-5)
+        # the entropy alone (no log-prob in the loss: its gradient is None in the backward pass)
+        got = torch.autograd.grad((bonus * entropy).sum(), params)
+        want = torch.autograd.grad((bonus * expected_entropy).sum(), params)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=0, atol=2e-5)
         # without entropy_grad: no gradient through the entropy, and the log-probs' alone is the same
@@ -103,6 +110,10 @@ def test_the_trainer_takes_hidden_states_only_where_they_give_the_models_own_log
     capped = load_model(model_dir)
     capped.__class__ = Softcapped
     assert not use_hidden_state_head(capped)
+    # refused by its config too (soft-capping of small random logits can pass a probe's tolerance)
+    named = load_model(model_dir)
+    named.config.final_logit_softcapping = 30.0
+    assert not use_hidden_state_head(named)
     # where it is used, the trainer's log-probs are those of the full logits
     tokens = torch.randint(5, 60, (3, 20), generator=torch.Generator().manual_seed(0))
     attention = torch.ones_like(tokens)
