@@ -11,8 +11,8 @@ moments would never exist): every phase runs at its full cost, and the checkpoin
 
 Printed: per phase and step (generation and reward per trajectory, pi_prox, update, weight sync, checkpoint) its
 seconds; each process's peak RSS against its theoretical minimum (trainer rank: fp32 weights + grads + Adam
-moments / ranks; engine: its weights); the checkpoint's size and seconds; whether the resumed run lost or
-repeated anything; then the weight sync of one update by disk, distributed and delta side by side
+moments / ranks; engine: its weights), and per phase of a step (every sample in memory.csv of --output); the
+checkpoint's size and seconds; whether the resumed run lost or repeated anything; then the weight sync of one update by disk, distributed and delta side by side
 (bench/bench_weight_sync.py's measurement, on the same model).
 
     AREAL_DATA_DIR=../shared/data .venv/bin/python bench/bench_real_size.py [--steps 3] [--resume-steps 2]
@@ -42,10 +42,12 @@ GIB = 1024 ** 3
 
 
 class PeakMemory:
-    """Polls the RSS of a process tree (and the engine's) every `every_s`; the peak per role."""
+    """Polls the RSS of a process tree (and the engine's) every `every_s`: the peak per role, and every sample
+    (wall-clock time, role, bytes) to tell which phase of a step each peak fell in."""
 
     def __init__(self, every_s: float = 0.5) -> None:
         self.every_s, self.peaks, self.roots = every_s, {}, {}
+        self.samples: list[tuple[float, str, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -54,6 +56,7 @@ class PeakMemory:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.every_s):
+            now = time.time()
             for name, pid in list(self.roots.items()):
                 try:
                     root = psutil.Process(pid)
@@ -68,6 +71,12 @@ class PeakMemory:
                         continue
                     if role:
                         self.peaks[role] = max(self.peaks.get(role, 0), rss)
+                        self.samples.append((now, role, rss))
+
+    def write(self, path: Path) -> None:
+        with open(path, "w") as f:
+            f.write("time,role,rss_bytes\n")
+            f.writelines(f"{t:.2f},{role},{rss}\n" for t, role, rss in self.samples)
 
     def __enter__(self) -> "PeakMemory":
         self._thread.start()
@@ -165,6 +174,33 @@ def check_run(run_dir: Path, steps: int, batch: int, group: int) -> list[str]:
     return problems
 
 
+def phase_windows(run_dir: Path) -> list[tuple[float, float, str]]:
+    """(start, end, phase) of each step's trainer phases in wall-clock time: a step is logged right after its
+    weight sync, which follows the update, which follows pi_prox; its checkpoint is taken after the log."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    checkpoints = {c["step"]: c for c in map(json.loads, (run_dir / "checkpoints.jsonl").read_text().splitlines())}
+    windows = []
+    for m in metrics:
+        end = m["time"]
+        sync = end - m["publish_seconds"]
+        update = sync - m["update_seconds"]
+        windows += [(update - m["proximal_seconds"], update, "pi_prox"), (update, sync, "update"),
+                    (sync, end, "weight sync")]
+        if m["step"] in checkpoints:
+            windows.append((end, end + checkpoints[m["step"]]["seconds"], "checkpoint"))
+    return windows
+
+
+def phase_peaks(samples: list[tuple[float, str, int]], windows: list[tuple[float, float, str]]) -> dict:
+    """{role: {phase: peak bytes}}; samples outside every window are "other" (start-up, resume's load, waiting)."""
+    peaks: dict[str, dict[str, int]] = {}
+    for t, role, rss in samples:
+        phase = next((name for start, end, name in windows if start <= t <= end), "other")
+        by_phase = peaks.setdefault(role, {})
+        by_phase[phase] = max(by_phase.get(phase, 0), rss)
+    return peaks
+
+
 def report(run_dir: Path, peaks: dict[str, int], minimum: dict[str, float], sglang_start_s: float) -> None:
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     checkpoints = {c["step"]: c for c in map(json.loads, (run_dir / "checkpoints.jsonl").read_text().splitlines())}
@@ -185,6 +221,17 @@ def report(run_dir: Path, peaks: dict[str, int], minimum: dict[str, float], sgla
         floor = next((minimum[k] for k in ("trainer rank", "engine") if role.startswith(k)), None)
         ratio = f"{rss / floor:.2f}x of {floor / GIB:.2f} GiB" if floor else "(no theoretical figure)"
         print(f"  {role:<28} {rss / GIB:6.2f} GiB  {ratio}")
+
+
+def report_phases(samples: list[tuple[float, str, int]], run_dir: Path) -> None:
+    windows = phase_windows(run_dir)   # the resumed run appends its steps to the same files
+    by_role = phase_peaks([s for s in samples if s[1].startswith(("trainer rank", "engine"))], windows)
+    names = ["pi_prox", "update", "weight sync", "checkpoint", "other"]
+    print("\npeak RSS per phase of a step, GiB (\"other\": start-up, the resumed run's load, waiting for a batch)")
+    print(f"  {'':<28}" + "".join(f"{name:>12}" for name in names))
+    for role, by_phase in sorted(by_role.items()):
+        print(f"  {role:<28}" + "".join(f"{by_phase[n] / GIB:>12.2f}" if n in by_phase else f"{'-':>12}"
+                                        for n in names))
 
 
 def main() -> None:
@@ -243,7 +290,9 @@ def main() -> None:
                     raise SystemExit(f"areal train --resume failed ({second.returncode}); see {out / 'train.log'}")
             finally:
                 server.stop()
+        memory.write(out / "memory.csv")
         report(run_dir, memory.peaks, theory(model, 2), sglang_start_s)
+        report_phases(memory.samples, run_dir)
         problems = check_run(run_dir, total, args.batch, args.group)
         print("resume: nothing lost or repeated (steps, prompts, trajectories)" if not problems else
               "resume PROBLEMS: " + "; ".join(problems))

@@ -1,4 +1,7 @@
 """Helpers shared by tests in this folder."""
+import threading
+import time
+from contextlib import contextmanager
 
 
 def process_is_running(pid):
@@ -9,3 +12,36 @@ def process_is_running(pid):
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+class PeakGrowth:
+    """How far a process's RSS rose above its value at the start of a `peak_rss_growth` block, in bytes."""
+
+    def __init__(self, process):
+        self.process, self.start, self.peak = process, process.memory_info().rss, 0
+
+    @property
+    def bytes(self):
+        return max(self.peak - self.start, 0)
+
+
+@contextmanager
+def peak_rss_growth(process=None):
+    """Polls `process`'s RSS (a psutil.Process; this one by default) every 2 ms while the block runs."""
+    import psutil
+
+    growth = PeakGrowth(process or psutil.Process())
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            growth.peak = max(growth.peak, growth.process.memory_info().rss)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        yield growth
+    finally:
+        done.set()
+        watcher.join()

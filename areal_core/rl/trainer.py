@@ -20,7 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 
 from areal_core.engine.protocol import truncated_logprobs, truncates
-from areal_core.engine.weight_sync import Bucket, WeightSender, is_adapter, served_name
+from areal_core.engine.weight_sync import Bucket, WeightSender, gather_full, is_adapter, served_name
 from areal_core.errors import ArealError
 from areal_core.files import atomic_directory
 from areal_core.rl.algorithms import (
@@ -824,10 +824,17 @@ class PPOLearner:
 
     # -- full (unsharded) states, for publishing and checkpoints -------------------------------------------
     def full_model_state(self) -> dict[str, torch.Tensor]:
-        """The full weights on the CPU, on rank 0 (empty elsewhere). Every rank must call it (it gathers)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        """The full weights on the CPU, on rank 0 (empty elsewhere). Every rank must call it: each sharded tensor
+        is gathered onto rank 0 alone, once however many names it has (a tied head is its embedding)."""
+        state: dict[str, torch.Tensor] = {}
+        gathered: dict[int, torch.Tensor | None] = {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():   # a tied weight: one object
+            if id(tensor) not in gathered:
+                full = gather_full(tensor)
+                gathered[id(tensor)] = full.cpu() if full is not None and self.dp.rank == 0 else None
+            if gathered[id(tensor)] is not None:
+                state[name] = gathered[id(tensor)]
+        return state
 
     def load_full_state(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
                         optimizer_stepped: bool, scheduler_state: dict[str, Any],
@@ -885,12 +892,10 @@ class PPOLearner:
 
     def full_tensors(self) -> Iterator[tuple[str, str, torch.Tensor | None]]:
         """(file, name, full tensor on the CPU) of the layout, one at a time: every rank iterates (a sharded
-        tensor is gathered); rank 0 gets the tensors, the others None."""
-        from torch.distributed.tensor import DTensor
-
+        tensor is gathered onto rank 0 alone); rank 0 gets the tensors, the others None."""
         for file, name, t in self._stored_tensors() + self._optimizer_tensors():
-            full = t.full_tensor() if isinstance(t, DTensor) else t
-            yield file, name, full.detach().cpu() if self.dp.rank == 0 else None
+            full = gather_full(t)
+            yield file, name, full.cpu() if full is not None and self.dp.rank == 0 else None
             del full
 
     def load_tensors(self, tensors: CheckpointTensors | None, meta: CheckpointMeta) -> None:

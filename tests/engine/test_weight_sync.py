@@ -84,3 +84,48 @@ def test_a_models_weights_cross_a_two_process_gloo_group_bit_exact(tmp_path):
     received = {p.name: torch.load(p) for p in Path(tmp_path / "received").iterdir()}
     assert set(received) == set(expected)
     assert all(torch.equal(received[name], expected[name].detach()) for name in expected)
+
+
+GATHER_RANK = """
+import sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from areal_core.engine.weight_sync import gather_full
+rank, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
+mesh = init_device_mesh("cpu", (3,))
+whole = {"7 rows": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5),   # shards of 3, 3 and 1 rows
+         "2 rows": torch.arange(2 * 4, dtype=torch.bfloat16).reshape(2, 4),  # rank 2's shard is empty
+         "9 long": torch.arange(9, dtype=torch.float64)}
+got = {}
+for name, tensor in whole.items():
+    got[name] = gather_full(distribute_tensor(tensor, mesh, [Shard(0)]))
+    got[name + " on 1"] = gather_full(distribute_tensor(tensor, mesh, [Shard(0)]), dst=1)
+    got[name + " replicated"] = gather_full(distribute_tensor(tensor, mesh, [Replicate()]))
+    got[name + " plain"] = gather_full(tensor)
+torch.save({name: t for name, t in got.items()}, f"{out}/{rank}.pt")
+dist.destroy_process_group()
+"""
+
+
+def test_a_shard_is_gathered_whole_onto_one_rank_alone_however_unevenly_its_rows_divide(tmp_path):
+    """gather_full: every rank of the mesh calls it; the destination gets the exact tensor (uneven and empty
+    shards, any dtype; any other layout by full_tensor), the others None; a plain tensor is itself everywhere."""
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", GATHER_RANK, str(rank), str(port), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
+    for process in ranks:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    results = [torch.load(tmp_path / f"{rank}.pt") for rank in range(3)]
+    whole = {"7 rows": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5),
+             "2 rows": torch.arange(2 * 4, dtype=torch.bfloat16).reshape(2, 4),
+             "9 long": torch.arange(9, dtype=torch.float64)}
+    for name, tensor in whole.items():
+        for key, holder in [(name, 0), (name + " on 1", 1), (name + " replicated", 0)]:
+            for rank, result in enumerate(results):
+                if rank == holder:
+                    assert result[key].dtype == tensor.dtype and torch.equal(result[key], tensor), (key, rank)
+                else:
+                    assert result[key] is None, (key, rank)
+        assert all(torch.equal(result[name + " plain"], tensor) for result in results)

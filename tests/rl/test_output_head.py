@@ -3,10 +3,6 @@ the model's own logits through one whole log_softmax, only where that is what th
 that never holds its [tokens, vocabulary] logits."""
 from __future__ import annotations
 
-import threading
-import time
-
-import psutil
 import pytest
 import torch
 
@@ -16,6 +12,7 @@ from areal_core.rl.config import LoraSettings, TrainerConfig
 from areal_core.rl.output_head import head_logprobs, use_hidden_state_head, uses_hidden_state_head
 from areal_core.rl.trainer import PPOLearner, _logprobs_and_entropy, sequence_logprobs, trainable_model
 from areal_core.types import RewardResult, Trajectory
+from support import peak_rss_growth
 
 
 def whole_logprobs(hidden, head, temperature, index):
@@ -150,26 +147,12 @@ def test_an_update_at_a_large_vocabulary_holds_no_whole_logits():
                                 prompt_token_ids=prompt, output_token_ids=output, output_logprobs=[-11.0] * 240,
                                 output_versions=[0] * 240, response="", finish_reason="stop",
                                 reward=RewardResult(score=float(k % 2))))
-    process = psutil.Process()
-
     def update_peak(learner: PPOLearner) -> int:
         prepared = learner.prepare(batch, 1.0)
         learner.recompute_proximal(prepared)
-        before, peak, done = process.memory_info().rss, [0], threading.Event()
-
-        def poll():
-            while not done.is_set():
-                peak[0] = max(peak[0], process.memory_info().rss)
-                time.sleep(0.002)
-
-        watcher = threading.Thread(target=poll)
-        watcher.start()
-        try:
+        with peak_rss_growth() as growth:
             learner.ppo_update(prepared, torch.tensor([1.0, -1.0] * 4))
-        finally:
-            done.set()
-            watcher.join()
-        return peak[0] - before
+        return growth.bytes
 
     settings = TrainerConfig(ppo_minibatches=1, micro_batch_tokens=2048, share_prompts=False,
                              measure_stale_mismatch=False, entropy_coef=0.01)
