@@ -1,0 +1,269 @@
+"""Simulated generation servers on the virtual clock (plan/clock.py): the engine protocol, time from a cost model.
+
+Each `SimulatedServer` batches continuously as SGLang's scheduler does: every decode step adds one token to every
+running request and takes
+
+    step seconds = step_s + sequence_s * running + context_token_s * (tokens in their KV caches)
+                   + prefill_token_s * (tokens prefilled in this step: new prompts, retracted requests' context)
+
+Requests wait while the server runs `max_running` of them or their context would not fit the KV cache
+(`kv_tokens`); a step that would overflow it retracts the newest request (its cache dropped, recomputed when it
+runs again). A pause lets the step in progress end; "retract" drops every cache, "in_place" keeps them, "abort"
+ends every request. Loading new weights takes `weight_load_s`; each token carries the version it was made under.
+A response is as long as `lengths` draws for it (at most max_new_tokens), exactly max_new_tokens with ignore_eos.
+
+`SimulatedEngine` is a cluster of them behind the routing the SGLang client uses (the server with the fewest
+requests in flight).
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, validate_request
+
+LengthModel = Callable[[str, int, int], int]   # (request id, prompt tokens, max_new_tokens) -> response tokens
+SIMULATED_TOKEN = 0   # what a simulated response is made of; only its length matters
+
+
+@dataclass(frozen=True)
+class GenerationCosts:
+    """A generation server's cost model, in seconds and tokens (see the module docstring)."""
+
+    step_s: float
+    sequence_s: float = 0.0
+    context_token_s: float = 0.0
+    prefill_token_s: float = 0.0
+    kv_tokens: int = 1 << 20
+    max_running: int = 256
+    weight_load_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "sequence_s", "context_token_s", "prefill_token_s", "weight_load_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"generation cost {name} must be >= 0, got {getattr(self, name)}")
+        if self.step_s + self.sequence_s + self.context_token_s <= 0:
+            raise ValueError("a decode step must cost something: step_s, sequence_s or context_token_s > 0")
+        if self.kv_tokens < 1 or self.max_running < 1:
+            raise ValueError(f"kv_tokens and max_running must be >= 1, got {self.kv_tokens}, {self.max_running}")
+
+    def step_seconds(self, running: int, context_tokens: int, prefill_tokens: int) -> float:
+        return (self.step_s + self.sequence_s * running + self.context_token_s * context_tokens
+                + self.prefill_token_s * prefill_tokens)
+
+
+@dataclass
+class _Request:
+    request: GenerateRequest
+    target: int                        # response tokens it will have
+    future: asyncio.Future
+    tokens: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    cached: bool = False               # its context is in the KV cache
+    interruptions: int = 0
+
+    @property
+    def context(self) -> int:
+        return len(self.request.input_ids) + len(self.tokens)
+
+
+@dataclass
+class ServerStats:
+    steps: int = 0
+    busy_s: float = 0.0               # seconds spent in decode steps
+    tokens: int = 0
+    prefill_tokens: int = 0
+    retractions: int = 0
+
+
+class SimulatedServer:
+    """One generation server on the virtual clock (see the module docstring)."""
+
+    def __init__(self, costs: GenerationCosts, lengths: LengthModel | None = None, version: int = 0,
+                 name: str = "sim-0") -> None:
+        self.costs, self.lengths, self.version, self.name = costs, lengths, version, name
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.paused = False
+        self.stats = ServerStats()
+        self._wake = asyncio.Event()
+        self._stepping = False
+        self._step_done = asyncio.Event()
+        self._loop: asyncio.Task | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def start(self) -> "SimulatedServer":
+        self._loop = asyncio.get_running_loop().create_task(self._run(), name=f"simulated server {self.name}")
+        return self
+
+    async def generate(self, request: GenerateRequest) -> GenerateOutput:
+        validate_request(request)
+        params = request.sampling_params
+        limit = params.max_new_tokens
+        target = limit if params.ignore_eos or self.lengths is None else \
+            max(1, min(limit, self.lengths(request.rid, len(request.input_ids), limit)))
+        item = _Request(request, target, asyncio.get_running_loop().create_future())
+        self.waiting.append(item)
+        self._wake.set()
+        try:
+            return await item.future
+        except asyncio.CancelledError:   # the caller gave up: the request leaves the server
+            self._drop(item)
+            raise
+
+    def _drop(self, item: _Request) -> None:
+        if item in self.running:
+            self.running.remove(item)
+        elif item in self.waiting:
+            self.waiting.remove(item)
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        self.paused = True
+        if self._stepping:   # the step in progress ends first, as a real scheduler's does
+            self._step_done.clear()
+            await self._step_done.wait()
+        if mode == "abort":
+            for item in [*self.running, *self.waiting]:
+                self._finish(item, "abort")
+        elif mode == "retract":
+            for item in reversed(self.running):
+                self._retract(item, interrupted=True)
+
+    async def resume(self) -> None:
+        self.paused = False
+        self._wake.set()
+
+    async def update_weights(self, version: int) -> None:
+        await asyncio.sleep(self.costs.weight_load_s)
+        self.version = version
+
+    def _retract(self, item: _Request, interrupted: bool = False) -> None:
+        self.running.remove(item)
+        item.cached = False
+        item.interruptions += interrupted
+        self.waiting.appendleft(item)
+        self.stats.retractions += not interrupted
+
+    def _finish(self, item: _Request, reason: str) -> None:
+        self._drop(item)
+        if not item.future.done():
+            item.future.set_result(GenerateOutput(
+                rid=item.request.rid, output_ids=list(item.tokens), output_logprobs=[-1.0] * len(item.tokens),
+                output_versions=list(item.versions), finish_reason=reason,  # type: ignore[arg-type]
+                prompt_tokens=len(item.request.input_ids), num_interruptions=item.interruptions))
+
+    def _admit(self) -> None:
+        """Waiting requests join the batch, in order, while the batch and the KV cache have room."""
+        used = sum(item.context for item in self.running)
+        while self.waiting and len(self.running) < self.costs.max_running:
+            item = self.waiting[0]
+            if item.context + 1 > self.costs.kv_tokens:
+                self.waiting.popleft()
+                item.future.set_exception(EngineError(
+                    f"a request of {item.context + 1} tokens does not fit the KV cache of {self.costs.kv_tokens}"))
+                continue
+            if used + item.context + 1 > self.costs.kv_tokens:
+                break
+            self.running.append(self.waiting.popleft())
+            used += item.context
+
+    async def _run(self) -> None:
+        while True:
+            if self.paused or not self.in_flight:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._admit()
+            while sum(item.context + 1 for item in self.running) > self.costs.kv_tokens and len(self.running) > 1:
+                self._retract(self.running[-1])   # the cache is full: the newest request waits
+            if len(self.running) == 1 and self.running[0].context + 1 > self.costs.kv_tokens:
+                item = self.running.pop()
+                item.future.set_exception(EngineError(
+                    f"a request outgrew the KV cache of {self.costs.kv_tokens} tokens on its own"))
+            if not self.running:
+                continue
+            await self._step()
+
+    async def _step(self) -> None:
+        batch = list(self.running)
+        prefill = sum(item.context for item in batch if not item.cached)
+        seconds = self.costs.step_seconds(len(batch), sum(item.context for item in batch), prefill)
+        self._stepping = True
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._stepping = False
+            self._step_done.set()
+        self.stats.steps += 1
+        self.stats.busy_s += seconds
+        self.stats.prefill_tokens += prefill
+        for item in batch:
+            if item not in self.running:   # cancelled by its caller during the step
+                continue
+            item.cached = True
+            item.tokens.append(SIMULATED_TOKEN)
+            item.versions.append(self.version)
+            self.stats.tokens += 1
+            if len(item.tokens) >= item.target:
+                self._finish(item, "length" if item.target == item.request.sampling_params.max_new_tokens
+                             else "stop")
+
+    async def close(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+        for item in [*self.running, *self.waiting]:
+            if not item.future.done():
+                item.future.set_exception(EngineError(f"simulated server {self.name} closed"))
+
+
+class SimulatedEngine:
+    """Simulated generation servers behind one InferenceEngine: each request to the server with the fewest in
+    flight (the SGLang client's routing); pause, resume and weight loads reach every server."""
+
+    def __init__(self, servers: int, costs: GenerationCosts, lengths: LengthModel | None = None,
+                 model_path: str = "simulated") -> None:
+        if servers < 1:
+            raise ValueError(f"a simulated engine needs at least one server, got {servers}")
+        self.servers = [SimulatedServer(costs, lengths, name=f"sim-{i}") for i in range(servers)]
+        self.model_path = model_path
+        self.version = 0
+
+    def start(self) -> "SimulatedEngine":
+        for server in self.servers:
+            server.start()
+        return self
+
+    async def generate(self, request: GenerateRequest) -> GenerateOutput:
+        if not request.rid:
+            request = GenerateRequest(request.input_ids, request.sampling_params, uuid.uuid4().hex)
+        return await min(self.servers, key=lambda s: s.in_flight).generate(request)
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        await asyncio.gather(*(server.pause(mode) for server in self.servers))
+
+    async def resume(self) -> None:
+        await asyncio.gather(*(server.resume() for server in self.servers))
+
+    async def update_weights(self, path: str, version: int) -> None:
+        await asyncio.gather(*(server.update_weights(version) for server in self.servers))
+        self.version = version
+
+    async def health(self) -> bool:
+        return True
+
+    async def model_info(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "weight_version": self.version}
+
+    def server_stats(self) -> list[dict[str, Any]]:
+        return [{"url": server.name, "in_flight": server.in_flight, "segments": server.stats.steps, "failures": 0,
+                 "state": "up", **vars(server.stats)} for server in self.servers]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(server.close() for server in self.servers))
