@@ -76,7 +76,8 @@ class ServerStats:
     busy_s: float = 0.0               # seconds spent in decode steps
     tokens: int = 0
     prefill_tokens: int = 0
-    retractions: int = 0
+    retractions: int = 0            # requests set back because the KV cache was full
+    interruptions: int = 0          # requests whose cache a pause dropped
 
 
 class SimulatedServer:
@@ -149,6 +150,7 @@ class SimulatedServer:
         item.interruptions += interrupted
         self.waiting.appendleft(item)
         self.stats.retractions += not interrupted
+        self.stats.interruptions += interrupted
 
     def _finish(self, item: _Request, reason: str) -> None:
         self._drop(item)

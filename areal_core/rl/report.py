@@ -145,7 +145,8 @@ def print_summary(summary: dict[str, Any], echo: Callable[[str], None]) -> None:
     for key in ("greedy_accuracy", "sampled_accuracy", "greedy_tool_call_rate", "sampled_tool_call_rate"):
         if key in summary["before"] and key in summary["after"]:
             table.add_row(f"held-out {key.replace('_', ' ')}", f"{summary['before'][key]:.1%}", f"{summary['after'][key]:.1%}")
-    Console().print(table)
+    if table.rows:   # no held-out eval: no empty table
+        Console().print(table)
     if "greedy_accuracy" in summary["after"]:
         echo(f"held-out accuracy: {summary['after']['greedy_accuracy']:.0%} (greedy), "
              f"{summary['after'].get('sampled_accuracy', float('nan')):.0%} (sampled, T=1); "

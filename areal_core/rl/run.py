@@ -54,7 +54,7 @@ class TrainingRun:
         self.trainer, self.engine, self.rewards, self.logger, self.echo = trainer, engine, rewards, logger, echo
         self.state = state                # step, elapsed_seconds, trajectories (+ the controller's, when resumed)
         self.weights: Path | None = weights   # the directory holding the weights the engines serve now, if any
-        self.started = started            # when the run (model, warm-up, trainer start) began: perf_counter
+        self.started = started            # when the run (model, warm-up, trainer start) began: loop time
         self.db = results_db(config)
         self.evals: list[dict[str, Any]] = truncate_log(run_dir / "evals.jsonl", state["step"]) if resumed else []
         if resumed:   # a checkpoint after the one resumed from (found damaged) is written again
@@ -71,6 +71,7 @@ class TrainingRun:
     async def train(self) -> dict[str, Any]:
         """Evaluate, run the steps, evaluate again; returns the summary (also saved as summary.json)."""
         config, trainer, rollout = self.config, self.trainer, self.rollout
+        now = asyncio.get_running_loop().time   # the event loop's clock: virtual under `areal plan`
         T = config.rollout.temperature
         first_step = self.state["step"] + 1
         if first_step > 1 or config.engine.urls:
@@ -80,30 +81,30 @@ class TrainingRun:
         if before:
             self.echo("held-out accuracy before RL: " + format_eval(before))
         rollout.start()
-        clock = time.perf_counter() - self.state["elapsed_seconds"]  # the training clock continues on resume
+        clock = now() - self.state["elapsed_seconds"]  # the training clock continues on resume
         stopped_early = False
         with self.logger.progress:
             try:
                 for step in range(first_step, config.steps + 1):
-                    wait_started = time.perf_counter()
+                    wait_started = now()
                     groups = await rollout.next_batch()                           # the replay buffer's next batch
-                    waited = time.perf_counter() - wait_started
+                    waited = now() - wait_started
                     batch, trained = self.trajectories(groups, step)              # less uniform groups
                     stale = staleness_histogram(batch, trainer.version)
-                    started = time.perf_counter()
+                    started = now()
                     prepared = await asyncio.to_thread(trainer.prepare, trained, T, config.rollout.top_p,
                                                        config.rollout.top_k)
                     await asyncio.to_thread(trainer.recompute_proximal, prepared)   # pi_prox: weights before update
-                    proximal_done = time.perf_counter()
+                    proximal_done = now()
                     advantages = group_advantages(torch.tensor([t.reward.score for t in trained]),
                                                   [t.group_id for t in trained], config.trainer.advantage)
                     metrics = await asyncio.to_thread(trainer.ppo_update, prepared, advantages)  # version + 1
-                    metrics["train_seconds"] = time.perf_counter() - started
+                    metrics["train_seconds"] = now() - started
                     metrics["proximal_seconds"] = proximal_done - started
                     metrics["update_seconds"] = metrics["train_seconds"] - metrics["proximal_seconds"]
-                    started = time.perf_counter()
+                    started = now()
                     held, sync_metrics = await self.sync_weights(step)              # pause, load, resume
-                    metrics.update(sync_metrics, wait_seconds=waited, publish_seconds=time.perf_counter() - started,
+                    metrics.update(sync_metrics, wait_seconds=waited, publish_seconds=now() - started,
                                    update_hold_seconds=held, staleness_max=max(stale), staleness_hist=stale)
                     self.log(step, groups, batch, trained, metrics, clock)
                     stopped_early = await self.evaluate_during(step)
@@ -170,7 +171,7 @@ class TrainingRun:
     def log(self, step: int, groups: list[Group], batch: list[Trajectory], trained: list[Trajectory],
             metrics: dict[str, Any], clock: float) -> None:
         self.state["trajectories"] += len(batch)
-        self.state["elapsed_seconds"] = elapsed = time.perf_counter() - clock
+        self.state["elapsed_seconds"] = elapsed = asyncio.get_running_loop().time() - clock
         metrics.update({
             "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
             "dropped_responses": sum(g.dropped for g in groups),
@@ -247,23 +248,24 @@ class TrainingRun:
         # The snapshot is taken now, between awaits: consistent with the batches taken so far.
         snapshot = {"step": step, "elapsed_seconds": self.state["elapsed_seconds"],
                     "trajectories": self.state["trajectories"], "controller": self.rollout.state_dict()}
-        started = time.perf_counter()
+        started = asyncio.get_running_loop().time()
         target = await asyncio.to_thread(save_run_checkpoint, self.run_dir, step, self.trainer, snapshot,
                                          self.config.keep_checkpoints)
-        record = {"step": step, "seconds": round(time.perf_counter() - started, 3), "bytes": directory_bytes(target),
+        seconds = asyncio.get_running_loop().time() - started
+        record = {"step": step, "seconds": round(seconds, 3), "bytes": directory_bytes(target),
                   "path": str(target.relative_to(self.run_dir))}
         with open(self.run_dir / "checkpoints.jsonl", "a") as f:   # how long each checkpoint took, and its size
             f.write(json.dumps(record) + "\n")
 
     async def finish(self, clock: float, stopped_early: bool) -> dict[str, Any]:
-        rl_seconds = time.perf_counter() - clock
+        rl_seconds = asyncio.get_running_loop().time() - clock
         history = self.logger.history
         last_step = history[-1]["step"] if history else 0
         after = self.evals[-1] if stopped_early else await self.evaluate(last_step)
         trajectories = self.state["trajectories"]
         summary = {
             "run_dir": str(self.run_dir), "steps": last_step, "rl_seconds": rl_seconds,
-            "total_seconds": time.perf_counter() - self.started, "trajectories": trajectories,
+            "total_seconds": asyncio.get_running_loop().time() - self.started, "trajectories": trajectories,
             "trajectories_per_second": trajectories / rl_seconds if rl_seconds else 0.0,
             "before": next((e for e in self.evals if e["step"] == 0), {}), "after": after,
             "stopped_early": stopped_early, "dropped_responses": dict(self.rollout.dropped),
@@ -291,7 +293,7 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
 
     resume: the directory of an earlier run of this config; it continues from its newest intact checkpoint
     (from the start, in the same directory, when it has none)."""
-    started = time.perf_counter()
+    started = asyncio.get_running_loop().time()
     return_freed_memory()   # this process may hold the local trainer (the FSDP ranks set it themselves)
     torch.manual_seed(config.seed)
     if config.engine.torch_threads:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import time
 import uuid
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlparse
@@ -80,7 +79,7 @@ class WeightStreamer:
         buckets = await asyncio.to_thread(self.trainer.stage_weights, self.cap_bytes, changed_only)
         if not buckets:
             raise ConfigError("the trainer has no parameters to send (every one is frozen)")
-        started = time.perf_counter()
+        started = asyncio.get_running_loop().time()
 
         async def load() -> None:
             if not self.in_memory:
@@ -95,11 +94,11 @@ class WeightStreamer:
 
         if hold is None:
             await load()
-            held = time.perf_counter() - started
+            held = asyncio.get_running_loop().time() - started
         else:
             held = await hold(load, version)
         self.updates += 1
-        return held, {"weight_sync_seconds": time.perf_counter() - started,
+        return held, {"weight_sync_seconds": asyncio.get_running_loop().time() - started,
                       "weight_sync_bytes": sum(b.nbytes for b in buckets), "weight_sync_buckets": len(buckets),
                       "weight_sync_tensors": sum(len(b.names) for b in buckets)}
 

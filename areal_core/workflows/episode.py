@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -144,7 +143,7 @@ class EpisodeContext:
         self._prompt_ids = prompt_ids
         self.sampling, self.rid, self.options, self.limits, self.tools = sampling, rid, options, limits, tools
         self._score, self._call_tool = score, call_tool
-        self.started = time.monotonic()
+        self.started = asyncio.get_running_loop().time()
         self.chat = task.spec.prompt.messages is not None
         self.episode: Episode | None = None  # the newest from new_episode: what a budget cut keeps
 
@@ -158,7 +157,7 @@ class EpisodeContext:
     def remaining_s(self) -> float | None:
         if self.limits.budget_s is None:
             return None
-        return self.limits.budget_s - (time.monotonic() - self.started)
+        return self.limits.budget_s - (asyncio.get_running_loop().time() - self.started)
 
     def time_left(self, limit: float | None = None) -> float | None:
         """The seconds a step may run: `limit`, or what is left of the budget when that is less (at least 1 ms: a

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,9 +119,9 @@ class EpisodeRunner:
     async def run(self, sample: dict[str, Any], sampling: SamplingParams, rid: str) -> Episode:
         """One episode of `sample`, scored (by the workflow, or here on its final response), with its seconds
         (episode.seconds, and episode.reward_seconds of its reward calls)."""
-        started, reward_seconds = time.perf_counter(), [0.0]
+        started, reward_seconds = asyncio.get_running_loop().time(), [0.0]
         episode = await self._episode(sample, sampling, rid, reward_seconds)
-        episode.seconds, episode.reward_seconds = time.perf_counter() - started, reward_seconds[0]
+        episode.seconds, episode.reward_seconds = asyncio.get_running_loop().time() - started, reward_seconds[0]
         return episode
 
     async def _episode(self, sample: dict[str, Any], sampling: SamplingParams, rid: str,
@@ -168,7 +167,7 @@ class EpisodeRunner:
         try:
             return await asyncio.wait_for(run, self.limits.budget_s)
         except asyncio.TimeoutError:
-            if time.monotonic() - ctx.started < self.limits.budget_s:
+            if asyncio.get_running_loop().time() - ctx.started < self.limits.budget_s:
                 raise  # the workflow's own timeout, not the budget: its failure
             if ctx.episode is None:
                 raise TimeoutError(f"budget_s={self.limits.budget_s:g} ran out before the workflow began an "
@@ -196,12 +195,12 @@ class EpisodeRunner:
         its seconds are added to seconds[0]."""
         request = RewardRequest(reward=self.task.spec.reward.name, sample=sample, response=response,
                                 options={**self.reward_options, **(options or {})}, request_id=request_id)
-        started = time.perf_counter()
+        started = asyncio.get_running_loop().time()
         try:
             return await (await self.rewards.submit(request))
         finally:
             if seconds is not None:
-                seconds[0] += time.perf_counter() - started
+                seconds[0] += asyncio.get_running_loop().time() - started
 
     def _prompt_ids(self, sample: dict[str, Any]) -> list[int]:
         """The sample's prompt, rendered and tokenised once for all its episodes (a malformed row raises here,

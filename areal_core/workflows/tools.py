@@ -16,7 +16,6 @@ import inspect
 import operator
 import re
 import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -76,7 +75,8 @@ async def run_tool(spec: ToolSpec, arguments: str, *, timeout_s: float, max_outp
     """Call a tool under its timeout; every failure is a ToolResult with `error` set. A sync tool runs in a
     thread of its own; past its timeout it is abandoned (the built-in `python` tool is also killed by its
     sandbox), so a hung tool costs a thread, never the episode."""
-    started = time.perf_counter()
+    clock = asyncio.get_running_loop()   # virtual under `areal plan` (plan/clock.py)
+    started = clock.time()
     try:
         if spec.is_async:
             value = await asyncio.wait_for(spec.fn(arguments, **(options or {})), timeout_s)
@@ -84,20 +84,20 @@ async def run_tool(spec: ToolSpec, arguments: str, *, timeout_s: float, max_outp
             value = await asyncio.wait_for(_in_thread(spec.fn, arguments, options or {}), timeout_s)
     except asyncio.TimeoutError:
         return ToolResult(error=f"tool {spec.name!r} timed out after {timeout_s:g}s",
-                          details={"timed_out": True, "time_s": round(time.perf_counter() - started, 3)})
+                          details={"timed_out": True, "time_s": round(clock.time() - started, 3)})
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001 - a tool may raise anything, SystemExit included
         message, _ = truncate(f"{type(exc).__name__}: {exc}", max_output_chars)
         return ToolResult(error=f"tool {spec.name!r} failed: {message}",
-                          details={"time_s": round(time.perf_counter() - started, 3)})
+                          details={"time_s": round(clock.time() - started, 3)})
     if isinstance(value, str):
         value = ToolResult(output=value)
     elif not isinstance(value, ToolResult):
         return ToolResult(error=f"tool {spec.name!r} returned {type(value).__name__}; expected str or ToolResult")
     output, cut = truncate(value.output, max_output_chars)
     error = truncate(value.error, max_output_chars)[0] if value.error is not None else None
-    details = {**value.details, "time_s": round(time.perf_counter() - started, 3)}
+    details = {**value.details, "time_s": round(clock.time() - started, 3)}
     if cut:
         details["output_cut"] = cut
     return ToolResult(output=output, error=error, details=details)

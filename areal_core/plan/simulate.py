@@ -1,0 +1,77 @@
+"""A training run on a simulated cluster: the production `TrainingRun` step loop, rollout controller, staleness gate,
+weight-update sequence and reward service, with simulated engines, trainer and reward workers (plan/engine.py,
+plan/trainer.py) on the virtual clock (plan/clock.py). What the run's files say (metrics.jsonl, summary.json) is in
+virtual seconds: what the cluster the costs describe would take.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from areal_core.config import load_config
+from areal_core.errors import ConfigError
+from areal_core.plan.clock import run_virtual
+from areal_core.plan.engine import GenerationCosts, LengthModel, SimulatedEngine
+from areal_core.plan.trainer import RewardCosts, SimulatedRewards, SimulatedTrainer, TrainingCosts
+from areal_core.rewards import RewardService
+from areal_core.rl.config import TrainConfig
+from areal_core.rl.report import RunLogger
+from areal_core.rl.run import TrainingRun
+from areal_core.tasks import get_task
+
+
+@dataclass(frozen=True)
+class ClusterCosts:
+    """What a simulated cluster's parts cost: `servers` generation servers, one trainer, the reward workers."""
+
+    generation: GenerationCosts
+    training: TrainingCosts
+    rewards: RewardCosts = field(default_factory=RewardCosts)
+    servers: int = 1
+
+
+def simulation_config(config: TrainConfig) -> TrainConfig:
+    """The run's config as a simulation runs it: weights through the (simulated) disk, no evals, no store, no
+    TensorBoard; a config naming servers, another weight sync or an eval task is refused rather than ignored."""
+    if config.engine.urls:
+        raise ConfigError("a simulated run starts its own simulated servers: engine.urls must be empty")
+    if config.engine.weight_sync != "disk":
+        raise ConfigError(f"a simulated run syncs weights as a load of weight_load_s seconds: engine.weight_sync "
+                          f"must be disk, got {config.engine.weight_sync}")
+    return dataclasses.replace(config, eval_task=None, tensorboard=False, checkpoint_every=0,
+                               eval=dataclasses.replace(config.eval, db=None))
+
+
+async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any, run_dir: Path,
+                        lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None
+                        ) -> dict[str, Any]:
+    """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary."""
+    config = simulation_config(config)
+    task = get_task(config.task, config.data_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer)
+    engine = SimulatedEngine(costs.servers, costs.generation, lengths).start()
+    logger = RunLogger(run_dir, tensorboard=False, total_steps=config.steps)
+    try:
+        async with RewardService(config.reward, backend=SimulatedRewards(costs.rewards)) as rewards:
+            run = TrainingRun(config, run_dir, task, None, trainer, engine, rewards, logger,
+                              {"step": 0, "elapsed_seconds": 0.0, "trajectories": 0}, run_dir / "weights", echo,
+                              resumed=False, started=asyncio.get_running_loop().time(), eval_workflow=None)
+            try:
+                return await run.train()
+            finally:
+                await run.close()
+    finally:
+        logger.close()
+        await engine.close()
+
+
+def simulate(config: TrainConfig | list[str], costs: ClusterCosts, tokenizer: Any, run_dir: Path,
+             lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """`simulated_run` on a fresh virtual clock; `config` a TrainConfig or `areal train` overrides (KEY=VALUE)."""
+    if not isinstance(config, TrainConfig):
+        config = load_config(TrainConfig, None, list(config))
+    return run_virtual(simulated_run(config, costs, tokenizer, run_dir, lengths, echo))

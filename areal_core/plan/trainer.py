@@ -1,0 +1,154 @@
+"""A simulated trainer and reward backend on the virtual clock (plan/clock.py): the production step loop and reward
+service drive them; their time comes from cost models.
+
+The trainer implements the TrainerBackend protocol (rl/trainer.py): each phase charges the seconds its cost model
+gives for the batch's tokens (prompt and response of every trained sequence), and the version goes up by one per
+update. The reward backend implements RewardBackend (rewards/service.py): `workers` score at once, each request
+takes a latency drawn from a log-normal (mean, p99), and a share `correct_rate` of responses score 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from areal_core.plan.clock import charge
+from areal_core.rl.config import TrainerConfig
+from areal_core.types import RewardRequest, RewardResult, Trajectory
+from areal_core.workflows.builtin import lognormal_parameters
+
+
+@dataclass(frozen=True)
+class TrainingCosts:
+    """A trainer's cost model: seconds per token of the batch (prompt + response) for pi_prox's forward pass and
+    for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step, and for writing
+    the weights (`publish`, disk weight sync) and a checkpoint."""
+
+    proximal_token_s: float
+    update_token_s: float
+    optimizer_step_s: float = 0.0
+    publish_s: float = 0.0
+    checkpoint_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value < 0:
+                raise ValueError(f"training cost {name} must be >= 0, got {value}")
+
+
+class SimulatedTrainer:
+    """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
+
+    def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
+                 version: int = 0) -> None:
+        self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
+        self.tokens_trained = 0
+
+    def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
+                top_k: int = -1) -> int:
+        return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
+
+    def recompute_proximal(self, batch: int) -> None:
+        charge(batch * self.costs.proximal_token_s)
+
+    def ppo_update(self, batch: int, advantages: Any) -> dict[str, float]:
+        minibatches = self.config.ppo_minibatches
+        charge(batch * self.costs.update_token_s + minibatches * self.costs.optimizer_step_s)
+        self.version += 1
+        self.tokens_trained += batch
+        return {"loss": 0.0, "trained_tokens": float(batch)}
+
+    def publish(self, directory: str | Path) -> Path:
+        charge(self.costs.publish_s)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return Path(directory)
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        charge(self.costs.checkpoint_s)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return Path(directory)
+
+    def load_checkpoint(self, directory: str | Path) -> int:
+        return self.version
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class RewardCosts:
+    """A reward backend's cost model: latency per request, log-normal with this mean and p99 (fixed when p99 is the
+    mean), `workers` at once, a share `correct_rate` of responses scored 1. Draws depend on the request id and seed."""
+
+    mean_s: float = 0.0
+    p99_s: float | None = None
+    workers: int = 64
+    correct_rate: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mean_s < 0 or (self.p99_s is not None and self.p99_s < self.mean_s):
+            raise ValueError(f"reward latency needs 0 <= mean_s <= p99_s, got mean_s {self.mean_s}, p99_s {self.p99_s}")
+        if self.workers < 1:
+            raise ValueError(f"reward workers must be >= 1, got {self.workers}")
+        if not 0 <= self.correct_rate <= 1:
+            raise ValueError(f"correct_rate must be in [0, 1], got {self.correct_rate}")
+
+    def draw(self, request_id: str) -> tuple[float, bool]:
+        """(latency seconds, correct) of the request."""
+        rng = random.Random(zlib.crc32(request_id.encode()) ^ self.seed)
+        correct = rng.random() < self.correct_rate
+        if self.mean_s == 0 or self.p99_s is None or self.p99_s == self.mean_s:
+            return self.mean_s, correct
+        mu, sigma = lognormal_parameters(self.mean_s, self.p99_s)
+        return rng.lognormvariate(mu, sigma), correct
+
+
+class SimulatedRewards:
+    """RewardBackend on the virtual clock: requests wait for one of `workers`, then take their drawn latency (a
+    latency past the request's timeout is a timeout error, as the process pool reports it)."""
+
+    name = "simulated"
+
+    def __init__(self, costs: RewardCosts) -> None:
+        self.costs = costs
+        self.queue: deque[tuple[int, RewardRequest, float]] = deque()
+        self.busy = 0
+        self._deliver: Any = None
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+
+    async def start(self, deliver: Any) -> None:
+        self._deliver = deliver
+
+    def submit(self, key: int, request: RewardRequest, timeout: float) -> None:
+        self.queue.append((key, request, timeout))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.queue and self.busy < self.costs.workers:
+            key, request, timeout = self.queue.popleft()
+            latency, correct = self.costs.draw(request.request_id or str(key))
+            if latency > timeout:
+                result = RewardResult.failure(f"reward timed out after {timeout:g}s", timed_out=True)
+                latency = timeout
+            else:
+                result = RewardResult(score=float(correct), correct=correct)
+            self.busy += 1
+            self._timers[key] = loop.call_later(latency, self._done, key, result)
+
+    def _done(self, key: int, result: RewardResult) -> None:
+        self._timers.pop(key, None)
+        self.busy -= 1
+        self._deliver(key, result)
+        self._dispatch()
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self.queue.clear()

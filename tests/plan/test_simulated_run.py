@@ -1,0 +1,71 @@
+"""A training run on a simulated cluster (plan/simulate.py): the production step loop, rollout controller, staleness
+gate and weight-update sequence decide; simulated engines, trainer and reward workers take the time their cost
+models give. These tests hold the simulation to the controller's rules: change the controller and they see it."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from areal_core.engine.model import build_char_tokenizer
+from areal_core.errors import ConfigError
+from areal_core.plan.engine import GenerationCosts
+from areal_core.plan.simulate import ClusterCosts, simulate
+from areal_core.plan.trainer import RewardCosts, TrainingCosts
+from areal_core.rl.config import SYNC_OVERRIDES
+
+COSTS = ClusterCosts(GenerationCosts(step_s=0.02, sequence_s=0.001, prefill_token_s=1e-4, weight_load_s=0.5),
+                     TrainingCosts(proximal_token_s=1e-4, update_token_s=3e-4, publish_s=0.2),
+                     RewardCosts(mean_s=0.05, p99_s=0.5), servers=2)
+RUN = ["task=arithmetic", "steps=8", "rollout.batch_size=8", "rollout.group_size=4", "warmup.enabled=false",
+       "eval_task=null", "rollout.skip_uniform_groups=false"]
+
+
+def run(tmp_path, name: str, *overrides: str, costs: ClusterCosts = COSTS):
+    summary = simulate([*RUN, f"output_dir={tmp_path}", *overrides], costs, build_char_tokenizer(), tmp_path / name)
+    metrics = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    return summary, metrics
+
+
+def test_a_simulated_run_takes_every_prompt_once_in_order_within_the_staleness_bound_in_virtual_seconds(tmp_path):
+    started = time.perf_counter()
+    summary, metrics = run(tmp_path, "async", "rollout.max_staleness=2")
+    assert time.perf_counter() - started < 60
+    assert [m["step"] for m in metrics] == list(range(1, 9)) and summary["trajectories"] == 8 * 8 * 4
+    assert [m["prompts"] for m in metrics] == [list(range(8 * k, 8 * k + 8)) for k in range(8)]
+    assert all(m["staleness_max"] <= 2 for m in metrics) and max(m["staleness_max"] for m in metrics) == 2
+    assert [m["version"] for m in metrics] == list(range(1, 9))
+    # the clock is the cost model's: the first step waits for 4 prompts' groups on 2 servers, at least 16 decode steps
+    assert metrics[0]["wait_seconds"] >= 16 * 0.02 and summary["rl_seconds"] == pytest.approx(metrics[-1]["elapsed_seconds"])
+    servers = summary["engine_servers"]
+    assert len(servers) == 2 and all(s["tokens"] > 0 for s in servers)
+    assert sum(s["tokens"] for s in servers) >= 8 * 8 * 4 * 16   # whatever was generated past the last batch too
+
+
+def test_the_synchronous_baseline_waits_for_every_batch_and_asynchrony_beats_it(tmp_path):
+    sync, sync_metrics = run(tmp_path, "sync", *SYNC_OVERRIDES)
+    asynchronous, _ = run(tmp_path, "async", "rollout.max_staleness=2")
+    assert all(m["staleness_max"] == 0 for m in sync_metrics)
+    assert all(m["update_hold_seconds"] >= 0.5 for m in sync_metrics)   # each load of the new weights
+    assert asynchronous["trajectories_per_second"] > 1.2 * sync["trajectories_per_second"]
+
+
+def test_interrupting_for_a_weight_update_holds_generation_for_the_load_alone_and_waiting_for_what_is_in_flight(
+        tmp_path):
+    lengths = ["rollout.max_new_tokens=64", "rollout.max_staleness=1"]
+    interrupted, interrupted_metrics = run(tmp_path, "interrupt", *lengths)
+    waited, waited_metrics = run(tmp_path, "wait", *lengths, "rollout.weight_update=wait")
+    assert sum(s["interruptions"] for s in interrupted["engine_servers"]) > 0
+    assert sum(s["interruptions"] for s in waited["engine_servers"]) == 0
+    assert sum(s["retractions"] for s in interrupted["engine_servers"]) == 0   # the KV cache was never full
+    # interrupt: the step in progress ends (< 0.1 s here), then the 0.5 s load; wait: every request in flight ends
+    assert all(0.5 <= m["update_hold_seconds"] < 0.6 for m in interrupted_metrics)
+    assert max(m["update_hold_seconds"] for m in waited_metrics) > 1.0
+
+
+def test_a_config_the_simulation_cannot_honour_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="engine.urls must be empty"):
+        run(tmp_path, "urls", "engine.urls=[http://localhost:1]")
+    with pytest.raises(ConfigError, match="engine.weight_sync must be disk, got distributed"):
+        run(tmp_path, "distributed", "engine.weight_sync=distributed")
