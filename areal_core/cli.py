@@ -13,6 +13,7 @@ from areal_core.audit.commands import audit_command
 from areal_core.engine.commands import init_model_command, serve_command
 from areal_core.errors import ArealError, DuplicateNameError
 from areal_core.eval.commands import eval_command, leaderboard_command
+from areal_core.plan.commands import plan_command
 from areal_core.plugins import Registry, get_plugin_manager
 from areal_core.rewards.commands import score_command, worker_command
 from areal_core.rl.commands import train_command
@@ -105,7 +106,7 @@ def plugins_command(as_json: bool) -> None:
 
 
 for command in (train_command, eval_command, audit_command, leaderboard_command, tasks_command, plugins_command, score_command,
-                worker_command, serve_command, init_model_command):
+                worker_command, serve_command, init_model_command, plan_command):
     cli.add_command(command)
 
 

@@ -1,0 +1,102 @@
+"""`areal plan`."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def parse_etas(text: str) -> list[int]:
+    try:
+        etas = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise click.BadParameter(f"--eta takes whole numbers separated by commas (0,1,2,4), got {text!r}") from None
+    if not etas or etas[0] < 0:
+        raise click.BadParameter(f"--eta takes max staleness values >= 0, got {text!r}")
+    return etas
+
+
+@click.command("plan")
+@click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("run", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--gpus", type=int, required=True, help="GPUs of the cluster, generation and training together.")
+@click.option("--generation-gpus", type=int, default=None,
+              help="GPUs for generation (default: try splits from one server to all but one GPU).")
+@click.option("--eta", "etas", default="0,1,2,4", show_default=True, help="Max staleness values to simulate.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model directory whose tokenizer counts the prompts' tokens (default: the embedded model's).")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
+def plan_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
+                 tokenizer_dir: Path | None, output: Path | None) -> None:
+    """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML; see docs/deployment.md).
+
+    Every scenario is a run of the real rollout controller and step loop on simulated servers, trainer and reward
+    workers, on a virtual clock. KEY=VALUE sets the run as for `areal train`, e.g. the batch and a long tail:
+
+        areal plan profile.yaml --gpus 64 rollout.batch_size=512 rollout.group_size=16 steps=10
+            rollout.workflow=sampled_lengths 'rollout.workflow_options={lengths: {mean: 6000, p99: 28000, max: 32768}}'
+            rollout.max_new_tokens=32768
+    """
+    from areal_core.engine.model import build_char_tokenizer, load_tokenizer
+    from areal_core.plan.planner import predict
+    from areal_core.plan.profile import load_profile
+
+    bad = [arg for arg in run if "=" not in arg]
+    if bad:
+        raise click.UsageError(f"unexpected argument {bad[0]!r}: give KEY=VALUE overrides of the run")
+    if generation_gpus is not None and not 0 < generation_gpus < gpus:
+        raise click.BadParameter(f"--generation-gpus must leave the trainer at least one of {gpus} GPUs, "
+                                 f"got {generation_gpus}")
+    loaded = load_profile(profile)
+    tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_char_tokenizer()
+    out = output or Path("runs") / f"plan-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    report = predict(loaded, ["warmup.enabled=false", "eval_task=null", *run], tokenizer, out, gpus,
+                     parse_etas(etas), generation_gpus, echo=lambda line: click.echo(line, err=True))
+    print_report(report)
+    plot_report(report, out / "plan.png")
+    click.echo(f"report: {out / 'plan.json'}; plot: {out / 'plan.png'}")
+
+
+def print_report(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"areal plan: {report['profile']} on {report['gpus']} GPUs (simulated)")
+    for column in ("mode", "gen GPUs", "train GPUs", "traj/s", "tokens/s", "gen idle", "train idle", "stale ≤"):
+        table.add_column(column, justify="left" if column == "mode" else "right", no_wrap=column == "mode")
+    for r in report["scenarios"]:
+        table.add_row(r["mode"], str(r["generation_gpus"]), str(r["training_gpus"]),
+                      f"{r['trajectories_per_second']:.3g}", f"{r['tokens_per_second']:.4g}", f"{r['generation_idle']:.0%}",
+                      f"{r['training_idle']:.0%}", str(max(r["staleness"], default=0)))
+    Console(width=max(100, Console().width)).print(table)
+    click.echo(f"best synchronous: {report['best_sync']}")
+    if "best_async" in report:
+        click.echo(f"best asynchronous: {report['best_async']}: {report['speedup']:.2f}x the synchronous")
+    click.echo("assumptions: " + "; ".join(report["assumptions"]))
+
+
+def plot_report(report: dict[str, Any], path: Path) -> None:
+    """Throughput against the generation GPUs, one line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for r in report["scenarios"]:
+        lines.setdefault(r["mode"], []).append((r["generation_gpus"], r["trajectories_per_second"]))
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for mode, points in lines.items():
+        points.sort()
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=mode)
+    axes.set_xlabel(f"generation GPUs (of {report['gpus']})")
+    axes.set_ylabel("trajectories / s")
+    axes.set_title(f"{report['profile']}: predicted throughput")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

@@ -1,0 +1,124 @@
+"""`areal plan`: predictions for a cluster from a cost profile, each one a simulated run (plan/simulate.py).
+
+For a GPU count and a run's config (batch, group, lengths: the same KEY=VALUE overrides as `areal train`), every
+scenario is simulated: the synchronous baseline (η = 0, updates wait for generation in flight), asynchronous runs
+for each η with interruption and without (updates wait), at each generation/training split. Reported per scenario:
+trajectories and tokens per second, the share of time the generation and training GPUs sit idle, the staleness of
+the trained data; then the best split and what asynchrony buys there.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from areal_core.errors import ConfigError
+from areal_core.plan.profile import Profile
+from areal_core.plan.simulate import simulate
+from areal_core.rl.config import SYNC_OVERRIDES
+
+
+@dataclass(frozen=True)
+class Scenario:
+    generation_gpus: int
+    training_gpus: int
+    eta: int                 # max staleness; 0 with wait: the synchronous baseline
+    interrupt: bool          # weight updates interrupt generation (else they wait for it)
+
+    @property
+    def mode(self) -> str:
+        if self.eta == 0 and not self.interrupt:
+            return "sync"
+        return f"async eta={self.eta} {'interrupt' if self.interrupt else 'wait'}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode} gen={self.generation_gpus} train={self.training_gpus}"
+
+    def overrides(self) -> list[str]:
+        if self.eta == 0 and not self.interrupt:
+            return list(SYNC_OVERRIDES)
+        return [f"rollout.max_staleness={self.eta}",
+                f"rollout.weight_update={'interrupt' if self.interrupt else 'wait'}"]
+
+
+def splits(profile: Profile, gpus: int, generation_gpus: int | None = None) -> list[tuple[int, int]]:
+    """(generation, training) GPU counts to try: the one given, else every whole number of servers that leaves
+    the trainer at least one GPU."""
+    if generation_gpus is not None:
+        return [(generation_gpus, gpus - generation_gpus)]
+    step = profile.gpus_per_server
+    found = [(g, gpus - g) for g in range(step, gpus, step)]
+    if not found:
+        raise ConfigError(f"{gpus} GPUs cannot hold a generation server of {step} GPUs and a trainer")
+    return found
+
+
+def scenarios(profile: Profile, gpus: int, etas: Iterable[int], generation_gpus: int | None = None,
+              max_splits: int = 8) -> list[Scenario]:
+    every = splits(profile, gpus, generation_gpus)
+    if len(every) > max_splits:   # evenly spaced, the ends included
+        every = [every[round(i * (len(every) - 1) / (max_splits - 1))] for i in range(max_splits)]
+    out = []
+    for generation, training in every:
+        out.append(Scenario(generation, training, 0, False))
+        for eta in sorted(set(etas) - {0}):
+            out += [Scenario(generation, training, eta, True), Scenario(generation, training, eta, False)]
+    return out
+
+
+def measure(summary: dict[str, Any], metrics: list[dict[str, Any]], servers: int) -> dict[str, Any]:
+    """What a simulated run says about its cluster."""
+    seconds = summary["rl_seconds"]
+    tokens = sum(m["response_length_mean"] * m["trained_sequences"] for m in metrics)
+    busy = sum(s["busy_s"] for s in summary["engine_servers"])
+    training = sum(m["train_seconds"] for m in metrics)
+    staleness: Counter = Counter()
+    for m in metrics:
+        staleness.update({int(k): v for k, v in m["staleness_hist"].items()})
+    return {"seconds": seconds, "trajectories_per_second": summary["trajectories_per_second"],
+            "tokens_per_second": tokens / seconds if seconds else 0.0,
+            "generation_idle": max(0.0, 1 - busy / (seconds * servers)) if seconds else 0.0,
+            "training_idle": max(0.0, 1 - training / seconds) if seconds else 0.0,
+            "staleness": dict(sorted(staleness.items()))}
+
+
+def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpus: int, etas: Iterable[int],
+            generation_gpus: int | None = None, echo: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Simulate every scenario; the report (also written to out_dir/plan.json)."""
+    results = []
+    for index, scenario in enumerate(scenarios(profile, gpus, etas, generation_gpus)):
+        run_dir = out_dir / "runs" / f"{index:03d}"
+        summary = simulate([*run, f"output_dir={out_dir}", *scenario.overrides()],
+                           profile.cluster(scenario.generation_gpus, scenario.training_gpus), tokenizer, run_dir)
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        result = {**asdict(scenario), "name": scenario.name, "mode": scenario.mode,
+                  **measure(summary, metrics, scenario.generation_gpus // profile.gpus_per_server)}
+        echo(f"{scenario.name}: {result['trajectories_per_second']:.3g} trajectories/s")
+        results.append(result)
+    report = {"profile": profile.name, "gpus": gpus, "run": run, "scenarios": results, **best(results),
+              "assumptions": ASSUMPTIONS, "sources": profile.sources}
+    (out_dir / "plan.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def best(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest asynchronous scenario, the fastest synchronous one, and the speed-up between them."""
+    sync = max((r for r in results if r["eta"] == 0), key=lambda r: r["trajectories_per_second"])
+    asynchronous = max((r for r in results if r["eta"] > 0), key=lambda r: r["trajectories_per_second"],
+                       default=None)
+    out: dict[str, Any] = {"best_sync": sync["name"]}
+    if asynchronous is not None:
+        out.update(best_async=asynchronous["name"],
+                   speedup=asynchronous["trajectories_per_second"] / sync["trajectories_per_second"])
+    return out
+
+
+ASSUMPTIONS = [
+    "the trainer's per-token seconds scale as reference_gpus / training GPUs (linear data parallelism)",
+    "a decode step's seconds are linear in running sequences and in the tokens in their KV caches",
+    "every generation server is alike and requests go to the one with the fewest in flight",
+    "weights reach every server in weight_load_s, whatever the cluster's size",
+]

@@ -1,0 +1,72 @@
+"""`areal plan` from the command line, and cost profiles (plan/profile.py): a profile and a GPU count in, every
+scenario simulated, a table, plan.json and plan.png out; a bad profile is an error naming the cost and the file."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from areal_core.errors import ConfigError
+from areal_core.plan.planner import scenarios
+from areal_core.plan.profile import load_profile
+
+PROFILE = {
+    "name": "test-cluster",
+    "generation": {"gpus_per_server": 1, "step_s": 0.02, "sequence_s": 0.001, "prefill_token_s": 1.0e-4,
+                   "weight_load_s": 0.5},
+    "training": {"reference_gpus": 2, "proximal_token_s": 2.0e-4, "update_token_s": 6.0e-4, "publish_s": 0.2},
+    "rewards": {"mean_s": 0.05, "p99_s": 0.5, "workers": 16},
+    "sources": {"generation.step_s": "chosen for this test"},
+}
+RUN = ["task=arithmetic", "steps=4", "rollout.batch_size=8", "rollout.group_size=4"]
+
+
+def write(tmp_path, profile, name="profile.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+def test_areal_plan_simulates_sync_and_async_and_reports_what_asynchrony_buys(areal, tmp_path):
+    result = areal("plan", str(write(tmp_path, PROFILE)), "--gpus", "4", "--generation-gpus", "2", "--eta", "0,2",
+                   "--output", str(tmp_path / "plan"), *RUN)
+    assert result.returncode == 0, result.stderr
+    assert "areal plan: test-cluster on 4 GPUs (simulated)" in result.stdout
+    report = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert [s["mode"] for s in report["scenarios"]] == ["sync", "async eta=2 interrupt", "async eta=2 wait"]
+    sync, interrupted, waited = report["scenarios"]
+    assert set(sync["staleness"]) == {"0"} and max(map(int, interrupted["staleness"])) <= 2
+    assert report["speedup"] == pytest.approx(interrupted["trajectories_per_second"] / sync["trajectories_per_second"])
+    assert report["best_async"] == interrupted["name"] and report["speedup"] > 1
+    assert f"{report['speedup']:.2f}x the synchronous" in result.stdout
+    assert report["sources"] == {"generation.step_s": "chosen for this test"} and report["assumptions"]
+    assert (tmp_path / "plan" / "plan.png").stat().st_size > 0
+
+
+def test_a_trainer_on_more_gpus_costs_less_per_token_and_splits_are_whole_servers(tmp_path):
+    profile = load_profile(write(tmp_path, {**PROFILE, "generation": {**PROFILE["generation"], "gpus_per_server": 2}}))
+    cluster = profile.cluster(generation_gpus=4, training_gpus=4)
+    assert cluster.servers == 2 and cluster.training.update_token_s == pytest.approx(6.0e-4 * 2 / 4)
+    with pytest.raises(ConfigError, match="3 generation GPUs do not make whole servers of 2"):
+        profile.cluster(3, 4)
+    grid = scenarios(profile, 32, [0, 1])
+    splits = sorted({(s.generation_gpus, s.training_gpus) for s in grid})
+    assert splits[0] == (2, 30) and splits[-1] == (30, 2) and len(splits) == 8
+    assert all(g % 2 == 0 and g + t == 32 for g, t in splits)
+    assert load_profile(profile.save(tmp_path / "again.yaml")) == profile
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"training": None}, "training must be a mapping of costs"),
+    ({"generation": {**PROFILE["generation"], "step_seconds": 1}}, "unknown generation cost 'step_seconds'"),
+    ({"training": {**PROFILE["training"], "update_token_s": -1}}, "training cost update_token_s must be >= 0"),
+    ({"generation": {**PROFILE["generation"], "gpus_per_server": 0}}, "gpus_per_server must be a whole number >= 1"),
+    ({"cost": 1}, "unknown key 'cost'"),
+])
+def test_a_bad_profile_is_an_error_naming_the_file_and_the_cost(areal, tmp_path, change, message):
+    path = write(tmp_path, {k: v for k, v in {**PROFILE, **change}.items() if v is not None})
+    with pytest.raises(ConfigError, match=message):
+        load_profile(path)
+    result = areal("plan", str(path), "--gpus", "4", *RUN)
+    assert result.returncode == 2 and f"error: profile {path}" in result.stderr and message in result.stderr
