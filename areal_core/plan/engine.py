@@ -11,6 +11,7 @@ Requests wait while the server runs `max_running` of them or their context would
 runs again). A pause lets the step in progress end; "retract" drops every cache, "in_place" keeps them, "abort"
 ends every request. Loading new weights takes `weight_load_s`; each token carries the version it was made under.
 A response is as long as `lengths` draws for it (at most max_new_tokens), exactly max_new_tokens with ignore_eos.
+The steps between two events (a request arrives or ends, the cache fills, a pause) are computed at once.
 
 `SimulatedEngine` is a cluster of them behind the routing the SGLang client uses (the server with the fewest
 requests in flight).
@@ -60,14 +61,21 @@ class _Request:
     request: GenerateRequest
     target: int                        # response tokens it will have
     future: asyncio.Future
-    tokens: list[int] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+    generated: int = 0
+    versions: list[list[int]] = field(default_factory=list)   # [version, tokens] runs, in order
     cached: bool = False               # its context is in the KV cache
     interruptions: int = 0
 
     @property
     def context(self) -> int:
-        return len(self.request.input_ids) + len(self.tokens)
+        return len(self.request.input_ids) + self.generated
+
+    def add(self, tokens: int, version: int) -> None:
+        if self.versions and self.versions[-1][0] == version:
+            self.versions[-1][1] += tokens
+        else:
+            self.versions.append([version, tokens])
+        self.generated += tokens
 
 
 @dataclass
@@ -93,6 +101,7 @@ class SimulatedServer:
         self._wake = asyncio.Event()
         self._stepping = False
         self._step_done = asyncio.Event()
+        self._event = asyncio.Event()   # set: the steps planned in bulk end at the step in progress
         self._loop: asyncio.Task | None = None
 
     @property
@@ -112,6 +121,8 @@ class SimulatedServer:
         item = _Request(request, target, asyncio.get_running_loop().create_future())
         self.waiting.append(item)
         self._wake.set()
+        if len(self.running) < self.costs.max_running:   # it may join the batch at the next step
+            self._event.set()
         try:
             return await item.future
         except asyncio.CancelledError:   # the caller gave up: the request leaves the server
@@ -121,6 +132,7 @@ class SimulatedServer:
     def _drop(self, item: _Request) -> None:
         if item in self.running:
             self.running.remove(item)
+            self._event.set()
         elif item in self.waiting:
             self.waiting.remove(item)
 
@@ -128,6 +140,7 @@ class SimulatedServer:
         self.paused = True
         if self._stepping:   # the step in progress ends first, as a real scheduler's does
             self._step_done.clear()
+            self._event.set()
             await self._step_done.wait()
         if mode == "abort":
             for item in [*self.running, *self.waiting]:
@@ -156,8 +169,10 @@ class SimulatedServer:
         self._drop(item)
         if not item.future.done():
             item.future.set_result(GenerateOutput(
-                rid=item.request.rid, output_ids=list(item.tokens), output_logprobs=[-1.0] * len(item.tokens),
-                output_versions=list(item.versions), finish_reason=reason,  # type: ignore[arg-type]
+                rid=item.request.rid, output_ids=[SIMULATED_TOKEN] * item.generated,
+                output_logprobs=[-1.0] * item.generated,
+                output_versions=[version for version, count in item.versions for _ in range(count)],
+                finish_reason=reason,  # type: ignore[arg-type]
                 prompt_tokens=len(item.request.input_ids), num_interruptions=item.interruptions))
 
     def _admit(self) -> None:
@@ -192,27 +207,64 @@ class SimulatedServer:
                 continue
             await self._step()
 
+    def _seconds(self, steps: int, running: int, context: int, prefill: int) -> float:
+        """Seconds of `steps` decode steps of `running` requests from `context` KV tokens (each step adds one token
+        to each), the first also prefilling `prefill` tokens."""
+        if steps <= 0:
+            return 0.0
+        costs = self.costs
+        return (steps * (costs.step_s + costs.sequence_s * running) + costs.prefill_token_s * prefill
+                + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
+
     async def _step(self) -> None:
+        """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request
+        arrives, a pause or a weight load comes (the step in progress ends first). Steps between events are
+        computed in bulk: a long generation is a few events, not a sleep per token."""
         batch = list(self.running)
+        running, context = len(batch), sum(item.context for item in batch)
         prefill = sum(item.context for item in batch if not item.cached)
-        seconds = self.costs.step_seconds(len(batch), sum(item.context for item in batch), prefill)
+        horizon = min(item.target - item.generated for item in batch)
+        room = (self.costs.kv_tokens - context) // running   # steps until the cache is full
+        horizon = max(1, min(horizon, room))
+        started, planned = asyncio.get_running_loop().time(), self._seconds(horizon, running, context, prefill)
         self._stepping = True
+        self._event.clear()
         try:
-            await asyncio.sleep(seconds)
+            try:
+                await asyncio.wait_for(self._event.wait(), planned)
+                elapsed = asyncio.get_running_loop().time() - started
+                steps = self._steps_begun(elapsed, horizon, running, context, prefill)
+                await asyncio.sleep(max(0.0, started + self._seconds(steps, running, context, prefill)
+                                        - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
+                steps = horizon
         finally:
             self._stepping = False
             self._step_done.set()
-        self.stats.steps += 1
+        self._apply(batch, steps, self._seconds(steps, running, context, prefill), prefill)
+
+    def _steps_begun(self, elapsed: float, horizon: int, running: int, context: int, prefill: int) -> int:
+        """How many steps had begun `elapsed` seconds in (the one in progress included; at least one)."""
+        low, high = 1, horizon
+        while low < high:   # the smallest count whose end is at or after `elapsed`
+            middle = (low + high) // 2
+            if self._seconds(middle, running, context, prefill) >= elapsed:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def _apply(self, batch: list[_Request], steps: int, seconds: float, prefill: int) -> None:
+        self.stats.steps += steps
         self.stats.busy_s += seconds
         self.stats.prefill_tokens += prefill
         for item in batch:
-            if item not in self.running:   # cancelled by its caller during the step
+            if item not in self.running:   # cancelled by its caller meanwhile
                 continue
             item.cached = True
-            item.tokens.append(SIMULATED_TOKEN)
-            item.versions.append(self.version)
-            self.stats.tokens += 1
-            if len(item.tokens) >= item.target:
+            item.add(steps, self.version)
+            self.stats.tokens += steps
+            if item.generated >= item.target:
                 self._finish(item, "length" if item.target == item.request.sampling_params.max_new_tokens
                              else "stop")
 

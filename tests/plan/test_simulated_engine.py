@@ -129,3 +129,30 @@ def test_bad_costs_are_refused_naming_the_cost():
         GenerationCosts(step_s=1.0, prefill_token_s=-1)
     with pytest.raises(ValueError, match="a decode step must cost something"):
         GenerationCosts(step_s=0.0)
+
+
+def test_a_request_arriving_mid_generation_joins_at_the_next_step_and_long_generations_cost_no_step_by_step_work():
+    costs = GenerationCosts(step_s=1.0, sequence_s=0.5, kv_tokens=64 * 30_100)   # just room for all 64
+
+    async def main():
+        server = SimulatedServer(costs).start()
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(timed(server, request("a", 4, 10)))
+        await asyncio.sleep(3.2)             # a's steps take 1.5 s: the 3rd ends at 4.5, then b joins
+        second = asyncio.ensure_future(timed(server, request("b", 4, 2)))
+        (a, a_done), (b, b_done) = await asyncio.gather(first, second)
+        started = loop.time()
+        long = await asyncio.gather(*(server.generate(request(f"long{i}", 100, 30_000)) for i in range(64)))
+        seconds = loop.time() - started
+        await server.close()
+        return a_done, b_done, long, seconds, server.stats
+
+    import time as wall
+    began = wall.perf_counter()
+    a_done, b_done, long, seconds, stats = run_virtual(main())
+    assert wall.perf_counter() - began < 10
+    # a: 3 steps alone (4.5 s), 2 with b (2 s each: b done at 8.5), then 5 alone (1.5 s each)
+    assert b_done == pytest.approx(8.5) and a_done == pytest.approx(8.5 + 5 * 1.5)
+    assert seconds == pytest.approx(30_000 * (1.0 + 0.5 * 64))
+    assert all(len(o.output_ids) == 30_000 and o.output_versions == [0] * 30_000 for o in long)
+    assert stats.steps == 10 + 30_000
