@@ -56,7 +56,7 @@ class GenerationCosts:
                 + self.prefill_token_s * prefill_tokens)
 
 
-@dataclass
+@dataclass(eq=False)   # identity: a request is itself, whatever it holds
 class _Request:
     request: GenerateRequest
     target: int                        # response tokens it will have
@@ -171,7 +171,7 @@ class SimulatedServer:
             item.future.set_result(GenerateOutput(
                 rid=item.request.rid, output_ids=[SIMULATED_TOKEN] * item.generated,
                 output_logprobs=[-1.0] * item.generated,
-                output_versions=[version for version, count in item.versions for _ in range(count)],
+                output_versions=_expand(item.versions),
                 finish_reason=reason,  # type: ignore[arg-type]
                 prompt_tokens=len(item.request.input_ids), num_interruptions=item.interruptions))
 
@@ -258,8 +258,9 @@ class SimulatedServer:
         self.stats.steps += steps
         self.stats.busy_s += seconds
         self.stats.prefill_tokens += prefill
+        still = {id(item) for item in self.running}
         for item in batch:
-            if item not in self.running:   # cancelled by its caller meanwhile
+            if id(item) not in still:   # cancelled by its caller meanwhile
                 continue
             item.cached = True
             item.add(steps, self.version)
@@ -275,6 +276,13 @@ class SimulatedServer:
         for item in [*self.running, *self.waiting]:
             if not item.future.done():
                 item.future.set_exception(EngineError(f"simulated server {self.name} closed"))
+
+
+def _expand(runs: list[list[int]]) -> list[int]:
+    out: list[int] = []
+    for version, count in runs:
+        out += [version] * count
+    return out
 
 
 class SimulatedEngine:
