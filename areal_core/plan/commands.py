@@ -18,7 +18,66 @@ def parse_etas(text: str) -> list[int]:
     return etas
 
 
-@click.command("plan")
+class PlanGroup(click.Group):
+    """`areal plan PROFILE ...` is `areal plan predict PROFILE ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["predict", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("plan", cls=PlanGroup)
+def plan_command() -> None:
+    """Size a cluster: predict sync against async throughput from a cost profile (`areal plan PROFILE ...`, the
+    same as `areal plan predict`), or measure a profile on this machine (`areal plan profile`)."""
+
+
+def split_args(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(a CONFIG.yaml, KEY=VALUE overrides) of a command's arguments."""
+    path, overrides = None, []
+    for arg in args:
+        if "=" in arg:
+            overrides.append(arg)
+        elif path is None and Path(arg).suffix in (".yaml", ".yml"):
+            path = arg
+        else:
+            raise click.UsageError(f"unexpected argument {arg!r}: give one CONFIG.yaml and KEY=VALUE overrides")
+    return path, overrides
+
+
+@plan_command.command("profile")
+@click.argument("args", nargs=-1, metavar="[CONFIG.yaml] [KEY=VALUE]...")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.yaml"),
+              show_default=True, help="Where the profile goes (its raw timings beside it, .timings.json).")
+@click.option("--name", default=None, help="The profile's name (default: the model and this machine).")
+def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> None:
+    """Measure a cost profile on this machine with the real engine, trainer and reward service of a run's config
+    (as `areal train` takes it; default: the embedded model, the local engine and trainer, the arithmetic task)."""
+    import asyncio
+    import json
+
+    from areal_core.config import load_config
+    from areal_core.plan.measure import measure_profile
+    from areal_core.rl.config import TrainConfig
+
+    path, overrides = split_args(args)
+    config = load_config(TrainConfig, path, overrides)
+    profile, timings = asyncio.run(measure_profile(config, name))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    profile.save(output)
+    output.with_suffix(".timings.json").write_text(json.dumps(timings, indent=2))
+    g, t, r = profile.generation, profile.training, profile.rewards
+    click.echo(f"generation: a decode step {g.step_s * 1e3:.3g} ms + {g.sequence_s * 1e3:.3g} ms per sequence + "
+               f"{g.context_token_s * 1e6:.3g} us per KV token; prefill {g.prefill_token_s * 1e6:.3g} us per token; "
+               f"weight load {g.weight_load_s:.3g} s")
+    click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token, update {t.update_token_s * 1e6:.3g} us "
+               f"per token + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
+    click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} workers")
+    click.echo(f"profile: {output}")
+
+
+@plan_command.command("predict")
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("run", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--gpus", type=int, required=True, help="GPUs of the cluster, generation and training together.")
@@ -29,7 +88,7 @@ def parse_etas(text: str) -> list[int]:
               help="Model directory whose tokenizer counts the prompts' tokens (default: the embedded model's).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
-def plan_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
+def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
                  tokenizer_dir: Path | None, output: Path | None) -> None:
     """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML; see docs/deployment.md).
 

@@ -70,3 +70,35 @@ def test_a_bad_profile_is_an_error_naming_the_file_and_the_cost(areal, tmp_path,
         load_profile(path)
     result = areal("plan", str(path), "--gpus", "4", *RUN)
     assert result.returncode == 2 and f"error: profile {path}" in result.stderr and message in result.stderr
+
+
+def test_the_decode_model_fitted_to_timings_it_made_recovers_its_costs_and_never_goes_negative():
+    from areal_core.plan.measure import GENERATION_GRID, decode_terms, fit_generation
+
+    truth = {"step_s": 2e-3, "sequence_s": 3e-4, "context_token_s": 1e-7, "prefill_token_s": 3e-5}
+    samples = [(b, p, n, sum(c * v for c, v in zip(decode_terms(b, p, n), truth.values())))
+               for b, p, n in GENERATION_GRID]
+    fitted = fit_generation(samples)
+    assert fitted == pytest.approx(truth, rel=1e-6)
+    # timings no positive cost can explain (more requests, less time) fit with that cost at 0, not below
+    odd = [(b, p, n, 0.01 * n / b) for b, p, n in GENERATION_GRID]
+    assert all(value >= 0 for value in fit_generation(odd).values())
+
+
+def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profile(areal, tmp_path):
+    result = areal("plan", "profile", "--output", str(tmp_path / "cpu.yaml"), "--name", "this-cpu", timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "generation: a decode step" in result.stdout and f"profile: {tmp_path / 'cpu.yaml'}" in result.stdout
+    profile = load_profile(tmp_path / "cpu.yaml")
+    assert profile.name == "this-cpu"
+    generation, training = profile.generation, profile.training
+    assert generation.step_s + generation.sequence_s + generation.context_token_s > 0
+    assert training.update_token_s > 0 and training.publish_s > 0 and profile.rewards.mean_s > 0
+    assert set(profile.sources) >= {"generation.step_s", "training.update_token_s", "rewards.mean_s"}
+    assert all(v.startswith("measured by areal plan profile on ") for v in profile.sources.values())
+    timings = json.loads((tmp_path / "cpu.timings.json").read_text())
+    assert len(timings["samples"]) == 9 and all(s["seconds"] > 0 for s in timings["samples"])
+    predicted = areal("plan", "predict", str(tmp_path / "cpu.yaml"), "--gpus", "2", "--eta", "0,1",
+                      "--output", str(tmp_path / "plan"), *RUN)
+    assert predicted.returncode == 0, predicted.stderr
+    assert len(json.loads((tmp_path / "plan" / "plan.json").read_text())["scenarios"]) == 3
