@@ -33,19 +33,6 @@ def plan_command() -> None:
     same as `areal plan predict`), or measure a profile on this machine (`areal plan profile`)."""
 
 
-def split_args(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
-    """(a CONFIG.yaml, KEY=VALUE overrides) of a command's arguments."""
-    path, overrides = None, []
-    for arg in args:
-        if "=" in arg:
-            overrides.append(arg)
-        elif path is None and Path(arg).suffix in (".yaml", ".yml"):
-            path = arg
-        else:
-            raise click.UsageError(f"unexpected argument {arg!r}: give one CONFIG.yaml and KEY=VALUE overrides")
-    return path, overrides
-
-
 @plan_command.command("profile")
 @click.argument("args", nargs=-1, metavar="[CONFIG.yaml] [KEY=VALUE]...")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.yaml"),
@@ -59,9 +46,10 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
 
     from areal_core.config import load_config
     from areal_core.plan.measure import measure_profile
+    from areal_core.rl.commands import config_arguments
     from areal_core.rl.config import TrainConfig
 
-    path, overrides = split_args(args)
+    path, overrides = config_arguments(args)
     config = load_config(TrainConfig, path, overrides)
     profile, timings = asyncio.run(measure_profile(config, name))
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,19 @@ from pathlib import Path
 import click
 
 
+def config_arguments(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(a CONFIG.yaml, KEY=VALUE overrides) of a command's arguments, as `areal train` takes them."""
+    path, overrides = None, []
+    for arg in args:
+        if "=" in arg:
+            overrides.append(arg)
+        elif path is None and Path(arg).suffix in (".yaml", ".yml"):
+            path = arg
+        else:
+            raise click.UsageError(f"unexpected argument {arg!r}: give one CONFIG.yaml and KEY=VALUE overrides")
+    return path, overrides
+
+
 @click.command("train", context_settings={"ignore_unknown_options": False})
 @click.argument("args", nargs=-1, metavar="[CONFIG.yaml] [KEY=VALUE]...")
 @click.option("--sync", is_flag=True, help="Synchronous baseline: max staleness 0, weight updates wait for "
@@ -30,15 +43,7 @@ def train_command(args: tuple[str, ...], sync: bool, print_config: bool, resume:
     from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
     from areal_core.rl.run import run_training
 
-    path = None
-    overrides = []
-    for arg in args:
-        if "=" in arg:
-            overrides.append(arg)
-        elif path is None and Path(arg).suffix in (".yaml", ".yml"):
-            path = arg
-        else:
-            raise click.UsageError(f"unexpected argument {arg!r}: give one CONFIG.yaml and KEY=VALUE overrides")
+    path, overrides = config_arguments(args)
     if resume is not None:
         if path is not None:
             raise click.UsageError("--resume uses the config saved in RUN_DIR; give KEY=VALUE overrides, not a file")
