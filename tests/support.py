@@ -18,11 +18,15 @@ class PeakGrowth:
     """How far a process's RSS rose above its value at the start of a `peak_rss_growth` block, in bytes."""
 
     def __init__(self, process):
-        self.process, self.start, self.peak = process, process.memory_info().rss, 0
+        self.process = process
+        self.start = self.peak = process.memory_info().rss
+
+    def sample(self):
+        self.peak = max(self.peak, self.process.memory_info().rss)
 
     @property
     def bytes(self):
-        return max(self.peak - self.start, 0)
+        return self.peak - self.start
 
 
 @contextmanager
@@ -35,7 +39,7 @@ def peak_rss_growth(process=None):
 
     def poll():
         while not done.is_set():
-            growth.peak = max(growth.peak, growth.process.memory_info().rss)
+            growth.sample()
             time.sleep(0.002)
 
     watcher = threading.Thread(target=poll, daemon=True)
@@ -45,3 +49,4 @@ def peak_rss_growth(process=None):
     finally:
         done.set()
         watcher.join()
+        growth.sample()   # a block shorter than one poll still counts what it left

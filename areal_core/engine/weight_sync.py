@@ -246,18 +246,21 @@ def gather_full(tensor: torch.Tensor, dst: int = 0) -> torch.Tensor | None:
     if not isinstance(tensor, DTensor):
         return tensor.detach()
     mesh = tensor.device_mesh
+    mine = torch.distributed.get_rank() == int(mesh.mesh.flatten()[dst])
     if mesh.ndim != 1 or len(tensor.placements) != 1 or type(tensor.placements[0]) is not Shard \
             or tensor.placements[0].dim != 0:
         full = tensor.full_tensor().detach()
-        return full if mesh.get_local_rank() == dst else None
+        return full if mine else None
     group = mesh.get_group()
     ranks, rows = torch.distributed.get_world_size(group), tensor.shape[0]
+    if rows == 0:   # nothing to gather (every rank sees the same global shape: all skip the collective)
+        return tensor.to_local().detach().new_empty(tensor.shape) if mine else None
     chunk = -(-rows // ranks)   # Shard(0) splits as torch.chunk does: the last shards shorter, or empty
     local = tensor.to_local().detach()
     if local.shape[0] != chunk:
         local = torch.cat([local, local.new_zeros((chunk - local.shape[0], *local.shape[1:]))])
     root = torch.distributed.get_global_rank(group, dst)
-    if mesh.get_local_rank() != dst:
+    if not mine:
         torch.distributed.gather(local.contiguous(), None, dst=root, group=group)
         return None
     full = torch.empty((chunk * ranks, *local.shape[1:]), dtype=local.dtype, device=local.device)

@@ -7,7 +7,8 @@ in virtual seconds, in the order a real loop would run it.
 
 Work handed to a thread (`asyncio.to_thread`, `run_in_executor`; the run loop calls its trainer that way) runs
 inline in the loop instead, and its future resolves `charge`d seconds later: a simulated trainer says what a step
-costs by calling `charge(seconds)` while it runs. Real I/O with no timer behind it cannot be simulated: when every
+costs by calling `charge(seconds)` while it runs (its side effects happen at the start of that time, its result
+reaches the caller at the end). Real I/O with no timer behind it cannot be simulated: when every
 task waits and no timer is set, the loop raises `SimulationStalled` rather than wait forever.
 """
 from __future__ import annotations

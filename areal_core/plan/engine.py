@@ -48,6 +48,9 @@ class GenerationCosts:
                 raise ValueError(f"generation cost {name} must be >= 0, got {getattr(self, name)}")
         if self.step_s + self.sequence_s + self.context_token_s <= 0:
             raise ValueError("a decode step must cost something: step_s, sequence_s or context_token_s > 0")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (self.kv_tokens, self.max_running)):
+            raise ValueError(f"kv_tokens and max_running must be whole numbers, got {self.kv_tokens!r}, "
+                             f"{self.max_running!r}")
         if self.kv_tokens < 1 or self.max_running < 1:
             raise ValueError(f"kv_tokens and max_running must be >= 1, got {self.kv_tokens}, {self.max_running}")
 
@@ -102,6 +105,7 @@ class SimulatedServer:
         self._stepping = False
         self._step_done = asyncio.Event()
         self._event = asyncio.Event()   # set: the steps planned in bulk end at the step in progress
+        self._bulk = (0.0, 0.0)         # (start, planned seconds) of the steps in progress
         self._loop: asyncio.Task | None = None
 
     @property
@@ -154,8 +158,19 @@ class SimulatedServer:
         self._wake.set()
 
     async def update_weights(self, version: int) -> None:
+        if self._stepping:   # tokens of the steps so far were made with the old weights
+            self._step_done.clear()
+            self._event.set()
+            await self._step_done.wait()
         await asyncio.sleep(self.costs.weight_load_s)
         self.version = version
+
+    def in_progress_s(self) -> float:
+        """Seconds spent so far in the steps now in progress (not yet in stats.busy_s)."""
+        if not self._stepping:
+            return 0.0
+        started, planned = self._bulk
+        return min(asyncio.get_running_loop().time() - started, planned)
 
     def _retract(self, item: _Request, interrupted: bool = False) -> None:
         self.running.remove(item)
@@ -177,7 +192,7 @@ class SimulatedServer:
 
     def _admit(self) -> None:
         """Waiting requests join the batch, in order, while the batch and the KV cache have room."""
-        used = sum(item.context for item in self.running)
+        used = sum(item.context + 1 for item in self.running)   # each running request's next token too
         while self.waiting and len(self.running) < self.costs.max_running:
             item = self.waiting[0]
             if item.context + 1 > self.costs.kv_tokens:
@@ -188,7 +203,7 @@ class SimulatedServer:
             if used + item.context + 1 > self.costs.kv_tokens:
                 break
             self.running.append(self.waiting.popleft())
-            used += item.context
+            used += item.context + 1
 
     async def _run(self) -> None:
         while True:
@@ -218,7 +233,7 @@ class SimulatedServer:
 
     async def _step(self) -> None:
         """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request
-        arrives, a pause or a weight load comes (the step in progress ends first). Steps between events are
+        arrives, leaves, a pause or a weight load comes (the step in progress ends first). Steps between events are
         computed in bulk: a long generation is a few events, not a sleep per token."""
         batch = list(self.running)
         running, context = len(batch), sum(item.context for item in batch)
@@ -227,6 +242,7 @@ class SimulatedServer:
         room = (self.costs.kv_tokens - context) // running   # steps until the cache is full
         horizon = max(1, min(horizon, room))
         started, planned = asyncio.get_running_loop().time(), self._seconds(horizon, running, context, prefill)
+        self._bulk = (started, planned)
         self._stepping = True
         self._event.clear()
         try:
@@ -324,8 +340,10 @@ class SimulatedEngine:
         return {"model_path": self.model_path, "weight_version": self.version}
 
     def server_stats(self) -> list[dict[str, Any]]:
+        """Per server; busy_s counts the steps in progress too (a run's summary is taken while servers still work)."""
         return [{"url": server.name, "in_flight": server.in_flight, "segments": server.stats.steps, "failures": 0,
-                 "state": "up", **vars(server.stats)} for server in self.servers]
+                 "state": "up", **vars(server.stats), "busy_s": server.stats.busy_s + server.in_progress_s()}
+                for server in self.servers]
 
     async def close(self) -> None:
         await asyncio.gather(*(server.close() for server in self.servers))

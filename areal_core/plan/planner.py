@@ -72,7 +72,7 @@ def scenarios(profile: Profile, gpus: int, etas: Iterable[int], generation_gpus:
 def measure(summary: dict[str, Any], metrics: list[dict[str, Any]], servers: int) -> dict[str, Any]:
     """What a simulated run says about its cluster."""
     seconds = summary["rl_seconds"]
-    tokens = sum(m["response_length_mean"] * m["trained_sequences"] for m in metrics)
+    tokens = sum(m["response_tokens"] for m in metrics)   # every response of every batch, trained or not
     busy = sum(s["busy_s"] for s in summary["engine_servers"])
     training = sum(m["train_seconds"] for m in metrics)
     staleness: Counter = Counter()
@@ -121,4 +121,7 @@ ASSUMPTIONS = [
     "a decode step's seconds are linear in running sequences and in the tokens in their KV caches",
     "every generation server is alike and requests go to the one with the fewest in flight",
     "weights reach every server in weight_load_s, whatever the cluster's size",
+    "without a lengths model (the sampled_lengths workflow, or SimulatedEngine's lengths) every response is "
+    "rollout.max_new_tokens long",
+    "training idle counts pi_prox and the update as busy, not writing the weights",
 ]

@@ -21,6 +21,7 @@ from areal_core.rl.config import TrainConfig
 from areal_core.rl.report import RunLogger
 from areal_core.rl.run import TrainingRun
 from areal_core.tasks import get_task
+from areal_core.workflows import choose_workflow
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
     """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary."""
     config = simulation_config(config)
     task = get_task(config.task, config.data_dir)
+    if choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow).spec.uses_tools:
+        raise ConfigError("a simulated run has no tool costs yet: a workflow that calls tools would run them for "
+                          "real, timed by the virtual clock")
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer)
     engine = SimulatedEngine(costs.servers, costs.generation, lengths).start()

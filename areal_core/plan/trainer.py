@@ -97,6 +97,8 @@ class RewardCosts:
             raise ValueError(f"reward workers must be >= 1, got {self.workers}")
         if not 0 <= self.correct_rate <= 1:
             raise ValueError(f"correct_rate must be in [0, 1], got {self.correct_rate}")
+        if self.mean_s > 0 and self.p99_s is not None:
+            lognormal_parameters(self.mean_s, self.p99_s)   # a p99 no log-normal with this mean has: refused now
 
     def draw(self, request_id: str) -> tuple[float, bool]:
         """(latency seconds, correct) of the request."""

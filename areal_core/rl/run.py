@@ -176,6 +176,7 @@ class TrainingRun:
             "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
             "dropped_responses": sum(g.dropped for g in groups),
             "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
+            "response_tokens": sum(len(t.output_token_ids) for t in batch),
             # per trajectory: the whole episode (queueing at the engine included) and its reward calls
             "episode_seconds_mean": sum(t.seconds for t in batch) / len(batch),
             "reward_seconds_mean": sum(t.reward_seconds for t in batch) / len(batch),

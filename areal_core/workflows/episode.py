@@ -143,7 +143,8 @@ class EpisodeContext:
         self._prompt_ids = prompt_ids
         self.sampling, self.rid, self.options, self.limits, self.tools = sampling, rid, options, limits, tools
         self._score, self._call_tool = score, call_tool
-        self.started = asyncio.get_running_loop().time()
+        self._clock = asyncio.get_running_loop()   # virtual under `areal plan`; kept for calls from threads
+        self.started = self._clock.time()
         self.chat = task.spec.prompt.messages is not None
         self.episode: Episode | None = None  # the newest from new_episode: what a budget cut keeps
 
@@ -157,7 +158,7 @@ class EpisodeContext:
     def remaining_s(self) -> float | None:
         if self.limits.budget_s is None:
             return None
-        return self.limits.budget_s - (asyncio.get_running_loop().time() - self.started)
+        return self.limits.budget_s - (self._clock.time() - self.started)
 
     def time_left(self, limit: float | None = None) -> float | None:
         """The seconds a step may run: `limit`, or what is left of the budget when that is less (at least 1 ms: a

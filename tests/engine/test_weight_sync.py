@@ -96,7 +96,8 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 mesh = init_device_mesh("cpu", (3,))
 whole = {"7 rows": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5),   # shards of 3, 3 and 1 rows
          "2 rows": torch.arange(2 * 4, dtype=torch.bfloat16).reshape(2, 4),  # rank 2's shard is empty
-         "9 long": torch.arange(9, dtype=torch.float64)}
+         "9 long": torch.arange(9, dtype=torch.float64),
+         "no rows": torch.empty(0, 3)}
 got = {}
 for name, tensor in whole.items():
     got[name] = gather_full(distribute_tensor(tensor, mesh, [Shard(0)]))
@@ -120,7 +121,7 @@ def test_a_shard_is_gathered_whole_onto_one_rank_alone_however_unevenly_its_rows
     results = [torch.load(tmp_path / f"{rank}.pt") for rank in range(3)]
     whole = {"7 rows": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5),
              "2 rows": torch.arange(2 * 4, dtype=torch.bfloat16).reshape(2, 4),
-             "9 long": torch.arange(9, dtype=torch.float64)}
+             "9 long": torch.arange(9, dtype=torch.float64), "no rows": torch.empty(0, 3)}
     for name, tensor in whole.items():
         for key, holder in [(name, 0), (name + " on 1", 1), (name + " replicated", 0)]:
             for rank, result in enumerate(results):

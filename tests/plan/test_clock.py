@@ -19,7 +19,7 @@ def test_a_sleep_of_an_hour_returns_at_once_an_hour_later_on_the_clock():
 
     started = time.perf_counter()
     assert run_virtual(main(), start=100.0) == 3600.0
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 30
 
 
 def test_tasks_wake_in_the_order_and_at_the_times_of_their_timers():

@@ -57,7 +57,7 @@ def test_a_request_waits_while_the_kv_cache_is_full_and_one_that_can_never_fit_i
     results, stats = run_virtual(main())
     # a and b fill 20 of 30 tokens and grow to 28; c (11 with its first token) waits until they finish
     assert [done for _, done in results] == [4.0, 4.0, 8.0]
-    assert stats.steps == 8 and stats.tokens == 12
+    assert stats.steps == 8 and stats.tokens == 12 and stats.retractions == 0   # c never ran before it fit
 
 
 def test_a_weight_update_interrupts_generation_and_later_tokens_carry_the_new_version():
@@ -150,9 +150,26 @@ def test_a_request_arriving_mid_generation_joins_at_the_next_step_and_long_gener
     import time as wall
     began = wall.perf_counter()
     a_done, b_done, long, seconds, stats = run_virtual(main())
-    assert wall.perf_counter() - began < 10
+    assert wall.perf_counter() - began < 60
     # a: 3 steps alone (4.5 s), 2 with b (2 s each: b done at 8.5), then 5 alone (1.5 s each)
     assert b_done == pytest.approx(8.5) and a_done == pytest.approx(8.5 + 5 * 1.5)
     assert seconds == pytest.approx(30_000 * (1.0 + 0.5 * 64))
     assert all(len(o.output_ids) == 30_000 and o.output_versions == [0] * 30_000 for o in long)
     assert stats.steps == 10 + 30_000
+
+
+def test_weights_loaded_without_a_pause_wait_for_the_step_in_progress_and_tag_only_later_tokens():
+    costs = GenerationCosts(step_s=1.0, weight_load_s=0.0)
+
+    async def main():
+        server = SimulatedServer(costs).start()
+        generation = asyncio.ensure_future(server.generate(request("a", 4, 5)))
+        await asyncio.sleep(2.5)
+        await server.update_weights(1)
+        loaded_at = asyncio.get_running_loop().time()
+        output = await generation
+        await server.close()
+        return loaded_at, output
+
+    loaded_at, output = run_virtual(main())
+    assert loaded_at == 3.0 and output.output_versions == [0, 0, 0, 1, 1]

@@ -31,7 +31,7 @@ def run(tmp_path, name: str, *overrides: str, costs: ClusterCosts = COSTS):
 def test_a_simulated_run_takes_every_prompt_once_in_order_within_the_staleness_bound_in_virtual_seconds(tmp_path):
     started = time.perf_counter()
     summary, metrics = run(tmp_path, "async", "rollout.max_staleness=2")
-    assert time.perf_counter() - started < 60
+    assert time.perf_counter() - started < 300
     assert [m["step"] for m in metrics] == list(range(1, 9)) and summary["trajectories"] == 8 * 8 * 4
     assert [m["prompts"] for m in metrics] == [list(range(8 * k, 8 * k + 8)) for k in range(8)]
     assert all(m["staleness_max"] <= 2 for m in metrics) and max(m["staleness_max"] for m in metrics) == 2
@@ -69,3 +69,5 @@ def test_a_config_the_simulation_cannot_honour_is_refused(tmp_path):
         run(tmp_path, "urls", "engine.urls=[http://localhost:1]")
     with pytest.raises(ConfigError, match="engine.weight_sync must be disk, got distributed"):
         run(tmp_path, "distributed", "engine.weight_sync=distributed")
+    with pytest.raises(ConfigError, match="a simulated run has no tool costs yet"):
+        run(tmp_path, "tools", "rollout.workflow=tool_calls")
