@@ -1,5 +1,5 @@
 """`areal plan profile`: a cost profile measured on this machine with the real engine, trainer and reward service of
-a run's config (the embedded model and the local engine by default).
+a run's config, each started as `areal train` starts it (the embedded model, the local engine by default).
 
 Generation: batches of B requests (prompt P tokens, L new tokens, EOS ignored) on one engine; the decode-step model
 of plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing
@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from areal_core.engine.protocol import GenerateRequest, SamplingParams
-from areal_core.errors import ConfigError
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
@@ -59,13 +58,18 @@ def fit_generation(samples: list[tuple[int, int, int, float]]) -> dict[str, floa
     return fitted
 
 
-async def measure_generation(model_dir: Path, config: TrainConfig) -> tuple[dict[str, float], dict[str, Any]]:
-    from areal_core.engine.local import LocalEngine
+async def measure_generation(model_dir: Path, config: TrainConfig, scratch: Path
+                             ) -> tuple[dict[str, float], dict[str, Any]]:
+    """The run's engine (engine.backend, started as `areal train` starts it) timed on GENERATION_GRID."""
+    from areal_core.engine import EngineTarget, start_engines
 
+    async with start_engines(config.engine, EngineTarget(model=model_dir, urls=tuple(config.engine.urls)),
+                             scratch) as engine:
+        return await _time_generation(engine, model_dir, config)
+
+
+async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) -> tuple[dict[str, float], dict[str, Any]]:
     engine_config = config.engine
-    engine = LocalEngine(model_dir, max_running_requests=max(b for b, _, _ in GENERATION_GRID),
-                         torch_threads=engine_config.torch_threads, dtype=engine_config.dtype,
-                         device=engine_config.device).start()
     rng = random.Random(0)
     vocab = 32   # any ids of the vocabulary: only the lengths matter
 
@@ -76,14 +80,11 @@ async def measure_generation(model_dir: Path, config: TrainConfig) -> tuple[dict
             rid=f"profile-{requests}-{prompt}-{new}-{i}-{rng.random()}")) for i in range(requests)))
         return time.perf_counter() - started
 
-    try:
-        await timed(1, 16, 8)   # warm-up: the first forward passes pay for lazy initialisation
-        samples = [(b, p, n, min([await timed(b, p, n) for _ in range(2)])) for b, p, n in GENERATION_GRID]
-        started = time.perf_counter()
-        await engine.update_weights(str(model_dir), 1)
-        weight_load_s = time.perf_counter() - started
-    finally:
-        await engine.close()
+    await timed(1, 16, 8)   # warm-up: the first forward passes pay for lazy initialisation
+    samples = [(b, p, n, min([await timed(b, p, n) for _ in range(2)])) for b, p, n in GENERATION_GRID]
+    started = time.perf_counter()
+    await engine.update_weights(str(model_dir), 1)
+    weight_load_s = time.perf_counter() - started
     fitted = fit_generation(samples)
     return {**fitted, "weight_load_s": weight_load_s, "max_running": engine_config.max_running_requests}, {
         "samples": [{"requests": b, "prompt": p, "new_tokens": n, "seconds": s} for b, p, n, s in samples]}
@@ -102,11 +103,13 @@ def synthetic_batch(tokens: int, seed: int) -> list[Trajectory]:
     return batch
 
 
-def measure_training(model_dir: Path, config: TrainConfig, scratch: Path) -> dict[str, float]:
+def measure_training(model_dir: Path, config: TrainConfig, scratch: Path) -> tuple[dict[str, float], int]:
+    """The trainer's costs, and how many processes (GPUs, on a GPU machine) it ran on."""
     from areal_core.rl.algorithms import group_advantages
     from areal_core.rl.trainer import create_trainer
 
     trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=scratch / "trainer")
+    ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks; one process otherwise
     phases: dict[int, tuple[float, float]] = {}
     try:
         for index, tokens in enumerate((TRAINING_TOKENS[0], *TRAINING_TOKENS)):   # the first is a warm-up
@@ -133,7 +136,7 @@ def measure_training(model_dir: Path, config: TrainConfig, scratch: Path) -> dic
     return {"proximal_token_s": max(0.0, (prox_large - prox_small) / (large - small)) or prox_large / large,
             "update_token_s": update_token_s or update_large / large,
             "optimizer_step_s": max(0.0, update_small - small * update_token_s) / config.trainer.ppo_minibatches,
-            "publish_s": publish_s, "checkpoint_s": checkpoint_s}
+            "publish_s": publish_s, "checkpoint_s": checkpoint_s}, ranks
 
 
 async def measure_rewards(config: TrainConfig, requests: int = 32) -> dict[str, float]:
@@ -161,13 +164,10 @@ async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple
     """This machine's profile for `config`'s model, engine, trainer and reward; and the raw timings."""
     from areal_core.rl.model_cache import resolve_model
 
-    if config.engine.backend != "local":
-        raise ConfigError(f"areal plan profile times the local engine in this process; engine.backend="
-                          f"{config.engine.backend} is not measured yet (write its costs into a profile by hand)")
     model_dir = resolve_model(config.model)
-    generation, raw = await measure_generation(model_dir, config)
     with tempfile.TemporaryDirectory(prefix="areal-profile-") as scratch:
-        training = await asyncio.to_thread(measure_training, model_dir, config, Path(scratch))
+        generation, raw = await measure_generation(model_dir, config, Path(scratch))
+        training, ranks = await asyncio.to_thread(measure_training, model_dir, config, Path(scratch))
     rewards = await measure_rewards(config)
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "
              f"{platform.processor() or platform.node()}, torch {torch.__version__} with {torch.get_num_threads()} "
@@ -175,6 +175,5 @@ async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple
     sources = {f"{part}.{key}": where for part, values in (("generation", generation), ("training", training),
                                                            ("rewards", rewards)) for key in values}
     profile = Profile(name or f"{Path(str(config.model.path)).name}-{platform.node()}", GenerationCosts(**generation),
-                      TrainingCosts(**training), RewardCosts(**rewards), sources=sources,
-                      reference_gpus=config.trainer.fsdp_processes if config.trainer.backend == "fsdp" else 1)
+                      TrainingCosts(**training), RewardCosts(**rewards), sources=sources, reference_gpus=ranks)
     return profile, {**raw, "training": training, "rewards": rewards}
