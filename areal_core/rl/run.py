@@ -172,11 +172,11 @@ class TrainingRun:
             metrics: dict[str, Any], clock: float) -> None:
         self.state["trajectories"] += len(batch)
         self.state["elapsed_seconds"] = elapsed = asyncio.get_running_loop().time() - clock
+        response_tokens = sum(len(t.output_token_ids) for t in batch)
         metrics.update({
             "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
             "dropped_responses": sum(g.dropped for g in groups),
-            "response_length_mean": sum(len(t.output_token_ids) for t in batch) / len(batch),
-            "response_tokens": sum(len(t.output_token_ids) for t in batch),
+            "response_length_mean": response_tokens / len(batch), "response_tokens": response_tokens,
             # per trajectory: the whole episode (queueing at the engine included) and its reward calls
             "episode_seconds_mean": sum(t.seconds for t in batch) / len(batch),
             "reward_seconds_mean": sum(t.reward_seconds for t in batch) / len(batch),
