@@ -13,6 +13,7 @@ import contextlib
 import json
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -172,11 +173,13 @@ class TrainingRun:
             metrics: dict[str, Any], clock: float) -> None:
         self.state["trajectories"] += len(batch)
         self.state["elapsed_seconds"] = elapsed = asyncio.get_running_loop().time() - clock
-        response_tokens = sum(len(t.output_token_ids) for t in batch)
+        lengths = [len(t.output_token_ids) for t in batch]
+        response_tokens = sum(lengths)
         metrics.update({
             "trajectories_per_second": self.state["trajectories"] / elapsed, "elapsed_seconds": elapsed,
             "dropped_responses": sum(g.dropped for g in groups),
             "response_length_mean": response_tokens / len(batch), "response_tokens": response_tokens,
+            "responses": len(batch), **length_distribution(lengths),
             # per trajectory: the whole episode (queueing at the engine included) and its reward calls
             "episode_seconds_mean": sum(t.seconds for t in batch) / len(batch),
             "reward_seconds_mean": sum(t.reward_seconds for t in batch) / len(batch),
@@ -333,6 +336,23 @@ async def run_training(config: TrainConfig, echo: Echo = print, resume: str | Pa
     finally:
         logger.close()
         trainer.close()
+
+
+LENGTH_HISTOGRAM_BINS = 32   # distinct lengths a step logs exactly; more, and it logs quantiles
+LENGTH_QUANTILES = tuple(i / 100 for i in range(100)) + (0.995, 0.999, 1.0)
+
+
+def length_distribution(lengths: list[int]) -> dict[str, list[list[float]]]:
+    """A step's response lengths in one line of metrics.jsonl (`areal plan --lengths RUN_DIR` draws from them):
+    `response_length_hist`, [[tokens, count], ...], when they take at most LENGTH_HISTOGRAM_BINS values, else
+    `response_length_quantiles`, [[p, tokens], ...]: the sorted lengths at index round(p (n - 1)) for p in
+    LENGTH_QUANTILES (every percentile, 99.5, 99.9, the max: ~1.3 kB at any batch size). Pairs, not a mapping,
+    so TensorBoard does not get a scalar per length."""
+    counts = Counter(lengths)
+    if len(counts) <= LENGTH_HISTOGRAM_BINS:
+        return {"response_length_hist": [[tokens, count] for tokens, count in sorted(counts.items())]}
+    ordered = sorted(lengths)
+    return {"response_length_quantiles": [[p, ordered[round(p * (len(ordered) - 1))]] for p in LENGTH_QUANTILES]}
 
 
 def check_workflows(config: TrainConfig, task: Task, eval_task: Task | None) -> WorkflowChoice | None:
