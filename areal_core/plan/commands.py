@@ -61,7 +61,10 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
                f"weight load {g.weight_load_s:.3g} s")
     click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token, update {t.update_token_s * 1e6:.3g} us "
                f"per token + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
-    click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} workers")
+    click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} at once")
+    if profile.shared is not None:
+        click.echo(f"shared hardware: generation {profile.shared.generation_slowdown:.2f}x slower while the trainer "
+                   f"works, training {profile.shared.training_slowdown:.2f}x slower while generation runs")
     click.echo(f"profile: {output}")
 
 
@@ -73,23 +76,33 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
               help="GPUs for generation (default: try splits from one server to all but one GPU).")
 @click.option("--eta", "etas", default="0,1,2,4", show_default=True, help="Max staleness values to simulate.")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model directory whose tokenizer counts the prompts' tokens (default: the embedded model's).")
+              help="Model directory whose tokenizer counts the prompts' and the --lengths responses' tokens "
+                   "(default: the embedded model's).")
+@click.option("--lengths", "lengths_source", metavar="RUN_DIR|FILE|mean=N,p99=N,max=N", default=None,
+              help="Response lengths: an `areal train` run directory (its metrics.jsonl's per-step lengths, pooled), "
+                   "a file of responses (JSONL or JSON: 'response', 'completion', 'output' or 'text' fields, "
+                   "`areal eval` *.samples.jsonl, or a directory of them) or of whole-number lengths, or a log-normal "
+                   "long tail; drawn per request, cut at rollout.max_new_tokens (default: the workflow's, else every "
+                   "response rollout.max_new_tokens long).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
 def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
-                 tokenizer_dir: Path | None, output: Path | None) -> None:
+                 tokenizer_dir: Path | None, lengths_source: str | None, output: Path | None) -> None:
     """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML; see docs/deployment.md).
 
     Every scenario is a run of the real rollout controller and step loop on simulated servers, trainer and reward
-    workers, on a virtual clock. KEY=VALUE sets the run as for `areal train`, e.g. the batch and a long tail:
+    workers, on a virtual clock. KEY=VALUE sets the run as for `areal train`; --lengths the responses' lengths,
+    e.g. the batch and a long tail, or the lengths of a run made before:
 
         areal plan profile.yaml --gpus 64 rollout.batch_size=512 rollout.group_size=16 steps=10
-            rollout.workflow=sampled_lengths 'rollout.workflow_options={lengths: {mean: 6000, p99: 28000, max: 32768}}'
-            rollout.max_new_tokens=32768
+            --lengths mean=6000,p99=28000,max=32768 rollout.max_new_tokens=32768
+
+        areal plan profile.yaml --gpus 64 --lengths runs/gsm8k-qwen-20261201-101500 rollout.max_new_tokens=8192
     """
     from areal_core.engine.model import build_char_tokenizer, load_tokenizer
     from areal_core.plan.planner import predict
     from areal_core.plan.profile import load_profile
+    from areal_core.plan.workload import load_workload
 
     bad = [arg for arg in run if "=" not in arg]
     if bad:
@@ -99,11 +112,14 @@ def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_g
                                  f"got {generation_gpus}")
     loaded = load_profile(profile)
     tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_char_tokenizer()
+    lengths = load_workload(lengths_source, tokenizer) if lengths_source is not None else None
     out = output or Path("runs") / f"plan-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report = predict(loaded, ["warmup.enabled=false", "eval_task=null", *run], tokenizer, out, gpus,
-                     parse_etas(etas), generation_gpus, echo=lambda line: click.echo(line, err=True))
+                     parse_etas(etas), generation_gpus, echo=lambda line: click.echo(line, err=True), lengths=lengths)
     print_report(report)
+    click.echo(f"workload: {report['workload']['text']}" if "workload" in report else
+               "workload: no --lengths: the workflow's lengths (sampled_lengths), else rollout.max_new_tokens each")
     plot_report(report, out / "plan.png")
     click.echo(f"report: {out / 'plan.json'}; plot: {out / 'plan.png'}")
 

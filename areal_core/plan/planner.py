@@ -14,10 +14,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from areal_core.config import load_config
 from areal_core.errors import ConfigError
+from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
-from areal_core.rl.config import SYNC_OVERRIDES
+from areal_core.plan.workload import Workload, describe
+from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
+from areal_core.tasks import get_task
+from areal_core.workflows import choose_workflow
 
 
 @dataclass(frozen=True)
@@ -86,22 +91,44 @@ def measure(summary: dict[str, Any], metrics: list[dict[str, Any]], servers: int
 
 
 def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpus: int, etas: Iterable[int],
-            generation_gpus: int | None = None, echo: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Simulate every scenario; the report (also written to out_dir/plan.json)."""
+            generation_gpus: int | None = None, echo: Callable[[str], None] = lambda line: None,
+            lengths: LengthModel | None = None) -> dict[str, Any]:
+    """Simulate every scenario, each response as long as `lengths` draws (a Workload: plan/workload.py); the
+    report (also written to out_dir/plan.json)."""
+    workload = describe_workload(run, lengths)
     results = []
     for index, scenario in enumerate(scenarios(profile, gpus, etas, generation_gpus)):
         run_dir = out_dir / "runs" / f"{index:03d}"
         summary = simulate([*run, f"output_dir={out_dir}", *scenario.overrides()],
-                           profile.cluster(scenario.generation_gpus, scenario.training_gpus), tokenizer, run_dir)
+                           profile.cluster(scenario.generation_gpus, scenario.training_gpus), tokenizer, run_dir,
+                           lengths=lengths)
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         result = {**asdict(scenario), "name": scenario.name, "mode": scenario.mode,
                   **measure(summary, metrics, scenario.generation_gpus // profile.gpus_per_server)}
         echo(f"{scenario.name}: {result['trajectories_per_second']:.3g} trajectories/s")
         results.append(result)
-    report = {"profile": profile.name, "gpus": gpus, "run": run, "scenarios": results, **best(results),
+    report = {"profile": profile.name, "gpus": gpus, "run": run, **({"workload": workload} if workload else {}),
+              "scenarios": results, **best(results),
               "assumptions": ASSUMPTIONS, "sources": profile.sources}
     (out_dir / "plan.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def describe_workload(run: list[str], lengths: LengthModel | None) -> dict[str, Any] | None:
+    """The workload's summary for the report (mean, p99, max, the share cut at the run's max_new_tokens); a run
+    whose workflow sets every length itself (sampled_lengths) is refused beside one."""
+    if lengths is None:
+        return None
+    config = load_config(TrainConfig, None, list(run))
+    workflow = choose_workflow(get_task(config.task, config.data_dir), config.rollout.workflow_options,
+                               config.rollout.workflow)
+    if workflow.name == "sampled_lengths":
+        raise ConfigError("the sampled_lengths workflow sets every response's length itself (EOS ignored): give "
+                          "response lengths one way, the workflow's lengths option or a workload, not both")
+    limit = config.rollout.max_new_tokens
+    if isinstance(lengths, Workload):
+        return {**lengths.summary(limit), "max_new_tokens": limit, "text": describe(lengths.summary(limit), limit)}
+    return {"kind": "python", "max_new_tokens": limit, "text": f"a length model from Python ({lengths!r:.60})"}
 
 
 def best(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,7 +148,9 @@ ASSUMPTIONS = [
     "a decode step's seconds are linear in running sequences and in the tokens in their KV caches",
     "every generation server is alike and requests go to the one with the fewest in flight",
     "weights reach every server in weight_load_s, whatever the cluster's size",
-    "without a lengths model (the sampled_lengths workflow, or SimulatedEngine's lengths) every response is "
+    "response lengths: the workload's (--lengths), drawn per request, the same in every scenario, cut at "
+    "rollout.max_new_tokens; without one, the sampled_lengths workflow's, else every response is "
     "rollout.max_new_tokens long",
+    "a response's length does not depend on the policy's version (a run's lengths are pooled over its steps)",
     "training idle counts pi_prox and the update as busy, not writing the weights",
 ]
