@@ -19,7 +19,7 @@ from areal_core.errors import ConfigError
 from areal_core.tasks import Task
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import single_turn
-from areal_core.workflows.episode import Episode, EpisodeContext, EpisodeLimits, json_safe
+from areal_core.workflows.episode import Episode, EpisodeContext, EpisodeLimits, decode_response, json_safe
 from areal_core.workflows.registry import WorkflowSpec, tool_registry, workflow_registry
 from areal_core.workflows.tools import ToolResult, ToolSpec, run_tool
 
@@ -184,7 +184,7 @@ class EpisodeRunner:
         it (measured against the path before workflows: bench/bench_agentic.py --only overhead)."""
         episode = Episode(prompt_ids=self._prompt_ids(sample))
         output = await self.engine.generate(GenerateRequest(episode.prompt_ids, sampling, rid=rid))
-        episode.add_policy_tokens(output, self.tokenizer.decode(output.output_ids, skip_special_tokens=True))
+        episode.add_policy_tokens(output, decode_response(self.tokenizer, output.output_ids))
         if output.finish_reason != "abort":
             episode.reward = await self._score(sample, episode.final_response(), rid, None, reward_seconds)
         return episode
@@ -228,7 +228,7 @@ def episode_trajectory(episode: Episode, *, trajectory_id: str, task: str, sampl
     """The trajectory the trainer takes from a scored episode. A single generation keeps the plain form (no loss
     mask, no transcript): exactly what a trajectory was before workflows."""
     assert episode.reward is not None
-    multi = any(m == 0 for m in episode.mask) or len(episode.turns) > 1
+    multi = 0 in episode.mask or len(episode.turns) > 1   # (a scan in C: masks are as long as responses)
     details: dict[str, Any] = {}
     if workflow != DEFAULT_WORKFLOW:
         details = {"workflow": workflow, "ended_by": episode.ended_by, "tool_calls": episode.tool_calls,
