@@ -27,10 +27,14 @@ import training_runs
 TASK, EVAL_TASK, MAX_NEW_TOKENS = "arithmetic-longtail", "arithmetic-longtail-test", 20
 
 
+def run_overrides(steps: int, every: int) -> list[str]:
+    """Both runs' config (sync adds --sync); bench_plan_validation.py predicts these runs."""
+    return [f"task={TASK}", "eval_task=null", f"steps={steps}", f"keep_policy_every={every}", "checkpoint_every=0",
+            f"rollout.max_new_tokens={MAX_NEW_TOKENS}"]
+
+
 def train(mode: str, output_dir: Path, steps: int, every: int, extra: list[str]) -> Path:
-    return training_runs.train(mode, output_dir, [
-        f"task={TASK}", "eval_task=null", f"steps={steps}", f"keep_policy_every={every}", "checkpoint_every=0",
-        f"rollout.max_new_tokens={MAX_NEW_TOKENS}", *extra], sync=(mode == "sync"))
+    return training_runs.train(mode, output_dir, [*run_overrides(steps, every), *extra], sync=(mode == "sync"))
 
 
 async def score_policies(run_dir: Path, limit: int, seed: int) -> dict[int, float]:

@@ -18,6 +18,12 @@ from pathlib import Path
 import training_runs
 
 
+def run_overrides(mode: str, steps: int) -> list[str]:
+    """The config of a run of `mode` (interrupt, wait); bench_plan_validation.py predicts these runs."""
+    return ["task=arithmetic-longtail", "eval_task=null", "rollout.max_new_tokens=20", f"steps={steps}",
+            "rollout.max_staleness=1", f"rollout.weight_update={mode}", "checkpoint_every=0", "tensorboard=false"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
@@ -29,10 +35,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-updates-") as tmp:
         for repeat in range(args.repeats):
             for mode in totals:
-                run_dir = training_runs.train(f"{mode}{repeat}", Path(tmp), [
-                    "task=arithmetic-longtail", "eval_task=null", "rollout.max_new_tokens=20", f"steps={args.steps}",
-                    "rollout.max_staleness=1", f"rollout.weight_update={mode}", "checkpoint_every=0",
-                    "tensorboard=false", *args.overrides])
+                run_dir = training_runs.train(f"{mode}{repeat}", Path(tmp), [*run_overrides(mode, args.steps),
+                                                                             *args.overrides])
                 run = training_runs.read_run(run_dir)
                 total = totals[mode]
                 total["trajectories"] += run["summary"]["trajectories"]

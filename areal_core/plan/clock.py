@@ -8,14 +8,16 @@ in virtual seconds, in the order a real loop would run it.
 Work handed to a thread (`asyncio.to_thread`, `run_in_executor`; the run loop calls its trainer that way) runs
 inline in the loop instead, and its future resolves `charge`d seconds later: a simulated trainer says what a step
 costs by calling `charge(seconds)` while it runs (its side effects happen at the start of that time, its result
-reaches the caller at the end). Real I/O with no timer behind it cannot be simulated: when every
+reaches the caller at the end). Work whose time depends on what else runs meanwhile (a trainer sharing its
+hardware with generation, plan/colocation.py) calls `charge_until(coroutine)` instead: its future resolves when
+the coroutine, run on the loop, returns. Real I/O with no timer behind it cannot be simulated: when every
 task waits and no timer is set, the loop raises `SimulationStalled` rather than wait forever.
 """
 from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -51,6 +53,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         selector.loop = self
         self._now = float(start)
         self._charged = 0.0
+        self._until: Any = None
 
     def time(self) -> float:
         return self._now
@@ -65,9 +68,16 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
             raise ValueError(f"a cost must be >= 0 seconds, got {seconds}")
         self._charged += seconds
 
+    def charge_until(self, work: Awaitable[Any]) -> None:
+        """The inline work now running ends when the coroutine `work` (run on this loop) returns, after any
+        seconds charged; its side effects happen at the start."""
+        if self._until is not None:
+            raise RuntimeError("charge_until() was already called for this work")
+        self._until = work
+
     def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
-        self._charged = 0.0
+        self._charged, self._until = 0.0, None
         try:
             result = func(*args)
         except (SystemExit, KeyboardInterrupt):
@@ -77,7 +87,11 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         else:
             settle, value = future.set_result, result
         charged, self._charged = self._charged, 0.0
-        self.call_later(charged, _settle, future, settle, value)
+        until, self._until = self._until, None
+        if until is None:
+            self.call_later(charged, _settle, future, settle, value)
+        else:
+            self.create_task(_settle_after(charged, until, future, settle, value), name="simulated work")
         return future
 
 
@@ -86,12 +100,28 @@ def _settle(future: asyncio.Future, settle: Callable[[Any], None], value: Any) -
         settle(value)
 
 
+async def _settle_after(seconds: float, work: Awaitable[Any], future: asyncio.Future,
+                        settle: Callable[[Any], None], value: Any) -> None:
+    await asyncio.sleep(seconds)
+    await work
+    _settle(future, settle, value)
+
+
 def charge(seconds: float) -> None:
     """Charge `seconds` of virtual time to the work now running inline in a `VirtualClockLoop`."""
     loop = asyncio.get_running_loop()
     if not isinstance(loop, VirtualClockLoop):
         raise RuntimeError("charge() is for work run by a VirtualClockLoop (a simulated backend on the virtual clock)")
     loop.charge(seconds)
+
+
+def charge_until(work: Awaitable[Any]) -> None:
+    """The work now running inline in a `VirtualClockLoop` ends when the coroutine `work` returns."""
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, VirtualClockLoop):
+        raise RuntimeError("charge_until() is for work run by a VirtualClockLoop (a simulated backend on the virtual "
+                           "clock)")
+    loop.charge_until(work)
 
 
 def run_virtual(main: Any, start: float = 0.0) -> Any:

@@ -58,9 +58,10 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
     g, t, r = profile.generation, profile.training, profile.rewards
     click.echo(f"generation: a decode step {g.step_s * 1e3:.3g} ms + {g.sequence_s * 1e3:.3g} ms per sequence + "
                f"{g.context_token_s * 1e6:.3g} us per KV token; prefill {g.prefill_token_s * 1e6:.3g} us per token; "
-               f"weight load {g.weight_load_s:.3g} s")
-    click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token, update {t.update_token_s * 1e6:.3g} us "
-               f"per token + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
+               f"{g.request_s * 1e3:.3g} ms per request on the rollout path; weight load {g.weight_load_s:.3g} s")
+    click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token + {t.proximal_sequence_s * 1e6:.3g} us "
+               f"per sequence, update {t.update_token_s * 1e6:.3g} us per token + {t.update_sequence_s * 1e6:.3g} us per "
+               f"sequence + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
     click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} at once")
     if profile.shared is not None:
         click.echo(f"shared hardware: generation {profile.shared.generation_slowdown:.2f}x slower while the trainer "

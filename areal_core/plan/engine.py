@@ -5,6 +5,8 @@ running request and takes
 
     step seconds = step_s + sequence_s * running + context_token_s * (tokens in their KV caches)
                    + prefill_token_s * (tokens prefilled in this step: new prompts, retracted requests' context)
+                   + request_s * (requests that join for the first time: what a request costs beyond its tokens,
+                                  its way through the serving stack and the controller)
 
 Requests wait while the server runs `max_running` of them or their context would not fit the KV cache
 (`kv_tokens`); a step that would overflow it retracts the newest request (its cache dropped, recomputed when it
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, validate_request
+from areal_core.plan.colocation import SharedHardware
 
 LengthModel = Callable[[str, int, int], int]   # (request id, prompt tokens, max_new_tokens) -> response tokens
 SIMULATED_TOKEN = 0   # what a simulated response is made of; only its length matters
@@ -40,12 +43,13 @@ class GenerationCosts:
     sequence_s: float = 0.0
     context_token_s: float = 0.0
     prefill_token_s: float = 0.0
+    request_s: float = 0.0
     kv_tokens: int = 1 << 20
     max_running: int = 256
     weight_load_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "sequence_s", "context_token_s", "prefill_token_s", "weight_load_s"):
+        for name in ("step_s", "sequence_s", "context_token_s", "prefill_token_s", "request_s", "weight_load_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"generation cost {name} must be >= 0, got {getattr(self, name)}")
         if self.step_s + self.sequence_s + self.context_token_s <= 0:
@@ -56,9 +60,9 @@ class GenerationCosts:
         if self.kv_tokens < 1 or self.max_running < 1:
             raise ValueError(f"kv_tokens and max_running must be >= 1, got {self.kv_tokens}, {self.max_running}")
 
-    def step_seconds(self, running: int, context_tokens: int, prefill_tokens: int) -> float:
+    def step_seconds(self, running: int, context_tokens: int, prefill_tokens: int, new_requests: int = 0) -> float:
         return (self.step_s + self.sequence_s * running + self.context_token_s * context_tokens
-                + self.prefill_token_s * prefill_tokens)
+                + self.prefill_token_s * prefill_tokens + self.request_s * new_requests)
 
 
 @dataclass(eq=False)   # identity: a request is itself, whatever it holds
@@ -69,6 +73,7 @@ class _Request:
     generated: int = 0
     versions: list[list[int]] = field(default_factory=list)   # [version, tokens] runs, in order
     cached: bool = False               # its context is in the KV cache
+    joined: bool = False               # it has been in a step (request_s paid)
     interruptions: int = 0
 
     @property
@@ -97,8 +102,12 @@ class SimulatedServer:
     """One generation server on the virtual clock (see the module docstring)."""
 
     def __init__(self, costs: GenerationCosts, lengths: LengthModel | None = None, version: int = 0,
-                 name: str = "sim-0") -> None:
+                 name: str = "sim-0", hardware: SharedHardware | None = None) -> None:
         self.costs, self.lengths, self.version, self.name = costs, lengths, version, name
+        self.hardware = hardware        # shared with the trainer (plan/colocation.py): steps slow while it works
+        if hardware is not None:
+            hardware.servers.append(self)
+        self._factor = 1.0              # the slowdown the steps in progress were planned at
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
         self.paused = False
@@ -167,6 +176,16 @@ class SimulatedServer:
         await asyncio.sleep(self.costs.weight_load_s)
         self.version = version
 
+    def speed_changed(self) -> None:
+        """The hardware's speed changed (the trainer began or ended): steps planned in bulk end at the step in
+        progress, the next are planned at the new speed."""
+        if self._stepping:
+            self._event.set()
+
+    def _decoding(self, busy: bool) -> None:
+        if self.hardware is not None:
+            self.hardware.decoding(self, busy)
+
     def in_progress_s(self) -> float:
         """Seconds spent so far in the steps now in progress (not yet in stats.busy_s)."""
         if not self._stepping:
@@ -210,6 +229,7 @@ class SimulatedServer:
     async def _run(self) -> None:
         while True:
             if self.paused or not self.in_flight:
+                self._decoding(False)
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -221,17 +241,19 @@ class SimulatedServer:
                 item.future.set_exception(EngineError(
                     f"a request outgrew the KV cache of {self.costs.kv_tokens} tokens on its own"))
             if not self.running:
+                self._decoding(False)
                 continue
+            self._decoding(True)
             await self._step()
 
-    def _seconds(self, steps: int, running: int, context: int, prefill: int) -> float:
+    def _seconds(self, steps: int, running: int, context: int, first: float) -> float:
         """Seconds of `steps` decode steps of `running` requests from `context` KV tokens (each step adds one token
-        to each), the first also prefilling `prefill` tokens."""
+        to each), the first also taking `first` seconds more (its prefill, the requests that join)."""
         if steps <= 0:
             return 0.0
         costs = self.costs
-        return (steps * (costs.step_s + costs.sequence_s * running) + costs.prefill_token_s * prefill
-                + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
+        return self._factor * (steps * (costs.step_s + costs.sequence_s * running) + first
+                               + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
 
     async def _step(self) -> None:
         """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request
@@ -240,10 +262,12 @@ class SimulatedServer:
         batch = list(self.running)
         running, context = len(batch), sum(item.context for item in batch)
         prefill = sum(item.context for item in batch if not item.cached)
+        first = self.costs.prefill_token_s * prefill + self.costs.request_s * sum(not item.joined for item in batch)
         horizon = min(item.target - item.generated for item in batch)
         room = (self.costs.kv_tokens - context) // running   # steps until the cache is full
         horizon = max(1, min(horizon, room))
-        started, planned = asyncio.get_running_loop().time(), self._seconds(horizon, running, context, prefill)
+        self._factor = self.hardware.generation_factor() if self.hardware is not None else 1.0
+        started, planned = asyncio.get_running_loop().time(), self._seconds(horizon, running, context, first)
         self._bulk = (started, planned)
         self._stepping = True
         self._event.clear()
@@ -251,22 +275,22 @@ class SimulatedServer:
             try:
                 await asyncio.wait_for(self._event.wait(), planned)
                 elapsed = asyncio.get_running_loop().time() - started
-                steps = self._steps_begun(elapsed, horizon, running, context, prefill)
-                await asyncio.sleep(max(0.0, started + self._seconds(steps, running, context, prefill)
+                steps = self._steps_begun(elapsed, horizon, running, context, first)
+                await asyncio.sleep(max(0.0, started + self._seconds(steps, running, context, first)
                                         - asyncio.get_running_loop().time()))
             except asyncio.TimeoutError:
                 steps = horizon
         finally:
             self._stepping = False
             self._step_done.set()
-        self._apply(batch, steps, self._seconds(steps, running, context, prefill), prefill)
+        self._apply(batch, steps, self._seconds(steps, running, context, first), prefill)
 
-    def _steps_begun(self, elapsed: float, horizon: int, running: int, context: int, prefill: int) -> int:
+    def _steps_begun(self, elapsed: float, horizon: int, running: int, context: int, first: float) -> int:
         """How many steps had begun `elapsed` seconds in (the one in progress included; at least one)."""
         low, high = 1, horizon
         while low < high:   # the smallest count whose end is at or after `elapsed`
             middle = (low + high) // 2
-            if self._seconds(middle, running, context, prefill) >= elapsed:
+            if self._seconds(middle, running, context, first) >= elapsed:
                 high = middle
             else:
                 low = middle + 1
@@ -280,7 +304,7 @@ class SimulatedServer:
         for item in batch:
             if id(item) not in still:   # cancelled by its caller meanwhile
                 continue
-            item.cached = True
+            item.cached = item.joined = True
             item.add(steps, self.version)
             self.stats.tokens += steps
             if item.generated >= item.target:
@@ -360,11 +384,11 @@ class SimulatedEngine:
     reach every server."""
 
     def __init__(self, servers: int, costs: GenerationCosts, lengths: LengthModel | None = None,
-                 model_path: str = "simulated") -> None:
+                 model_path: str = "simulated", hardware: SharedHardware | None = None) -> None:
         if servers < 1:
             raise ValueError(f"a simulated engine needs at least one server, got {servers}")
         self.servers: list[SimulatedServer] = [
-            _RoutedServer(costs, lengths, name=f"sim-{i}", left=functools.partial(self._left, i))
+            _RoutedServer(costs, lengths, name=f"sim-{i}", hardware=hardware, left=functools.partial(self._left, i))
             for i in range(servers)]
         self.routing = FewestInFlight(self.servers)
         self.model_path = model_path

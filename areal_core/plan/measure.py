@@ -1,11 +1,15 @@
 """`areal plan profile`: a cost profile measured on this machine with the real engine, trainer and reward service of
 a run's config, each started as `areal train` starts it (the embedded model, the local engine by default).
 
-Generation: batches of B requests (prompt P tokens, L new tokens, EOS ignored) on one engine; the decode-step model
-of plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing
-context, one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's
-pi_prox and update phases on two synthetic batches; the per-token cost is the slope between them, the rest the
-optimizer step. Rewards: the task's reward on its own samples through the reward service, one request at a time after a warm-up.
+The process is set up as `areal train` sets up its own (engine.torch_threads). Generation: batches of B requests
+(prompt P tokens, L new tokens, EOS ignored; B up to the run's concurrency) on one engine; the decode-step model of
+plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing context,
+one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's pi_prox and
+update phases on two synthetic batches; the per-token cost is the slope between them, the rest the optimizer step.
+Shared hardware: engine and trainer run on this one machine, so a generation batch is timed again while the trainer
+works in a thread, and a training step while generation runs (plan/colocation.py). Rewards: the task's reward on its
+own samples through the reward service, one request at a time after a warm-up (latency), then all at once: requests
+the service completes per second times the latency is how many it works on at once (`workers` of the model).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any
 import torch
 
 from areal_core.engine.protocol import GenerateRequest, SamplingParams
+from areal_core.plan.colocation import SharedCosts
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
@@ -31,7 +36,8 @@ from areal_core.workflows.builtin import _Z99
 
 # (requests, prompt tokens, new tokens) of each timed generation; L = 1 isolates the prefill
 GENERATION_GRID = [(b, p, n) for b in (1, 4, 16) for p, n in ((16, 48), (96, 48), (96, 1))]
-TRAINING_TOKENS = (512, 2048)
+TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8))   # (tokens, response tokens a sequence), 16 prompt
+SHARED_REPEATS = 3   # each phase timed this many times alone and alongside the other; the medians compared
 LOGNORMAL_P99_LIMIT = 0.99 * math.exp(_Z99 ** 2 / 2)   # the largest p99 / mean a log-normal has, less 1%
 
 
@@ -44,8 +50,13 @@ def decode_terms(requests: int, prompt: int, new: int) -> list[float]:
 def fit_generation(samples: list[tuple[int, int, int, float]]) -> dict[str, float]:
     """Least-squares (non-negative: a cost never helps) fit of the decode-step model to (B, P, L, seconds)."""
     names = ["step_s", "sequence_s", "context_token_s", "prefill_token_s"]
-    rows = torch.tensor([decode_terms(b, p, n) for b, p, n, _ in samples], dtype=torch.float64)
-    seconds = torch.tensor([s for *_, s in samples], dtype=torch.float64)
+    return fit_nonnegative(names, [decode_terms(b, p, n) for b, p, n, _ in samples], [s for *_, s in samples])
+
+
+def fit_nonnegative(names: list[str], terms: list[list[float]], measured: list[float]) -> dict[str, float]:
+    """The non-negative least-squares fit of measured = sum(cost * term), by name."""
+    rows = torch.tensor(terms, dtype=torch.float64)
+    seconds = torch.tensor(measured, dtype=torch.float64)
     active = list(range(len(names)))
     while True:   # drop the most negative coefficient and fit again (an active-set NNLS, small enough here)
         scale = rows[:, active].abs().max(dim=0).values
@@ -58,30 +69,35 @@ def fit_generation(samples: list[tuple[int, int, int, float]]) -> dict[str, floa
     return fitted
 
 
-async def measure_generation(model_dir: Path, config: TrainConfig, scratch: Path
-                             ) -> tuple[dict[str, float], dict[str, Any]]:
-    """The run's engine (engine.backend, started as `areal train` starts it) timed on GENERATION_GRID."""
-    from areal_core.engine import EngineTarget, start_engines
+def generation_grid(config: TrainConfig) -> list[tuple[int, int, int]]:
+    """GENERATION_GRID, and batches as large as the run keeps running (up to 256: the cost is linear beyond)."""
+    concurrency = min(256, config.engine.max_running_requests,
+                      config.rollout.batch_size * config.rollout.group_size * (config.rollout.max_staleness + 1))
+    extra = [b for b in (64, concurrency) if b > 16 and b <= concurrency]
+    return GENERATION_GRID + [(b, 16, 48) for b in sorted(set(extra))]
 
-    async with start_engines(config.engine, EngineTarget(model=model_dir, urls=tuple(config.engine.urls)),
-                             scratch) as engine:
-        return await _time_generation(engine, model_dir, config)
+
+class _Generator:
+    """Times batches of requests on an engine (only the lengths matter: any ids of the vocabulary)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.rng = engine, random.Random(0)
+
+    async def timed(self, requests: int, prompt: int, new: int) -> float:
+        rng = self.rng
+        started = time.perf_counter()
+        await asyncio.gather(*(self.engine.generate(GenerateRequest(
+            [rng.randrange(1, 32) for _ in range(prompt)], SamplingParams(max_new_tokens=new, ignore_eos=True),
+            rid=f"profile-{requests}-{prompt}-{new}-{i}-{rng.random()}")) for i in range(requests)))
+        return time.perf_counter() - started
 
 
 async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) -> tuple[dict[str, float], dict[str, Any]]:
     engine_config = config.engine
-    rng = random.Random(0)
-    vocab = 32   # any ids of the vocabulary: only the lengths matter
-
-    async def timed(requests: int, prompt: int, new: int) -> float:
-        started = time.perf_counter()
-        await asyncio.gather(*(engine.generate(GenerateRequest(
-            [rng.randrange(1, vocab) for _ in range(prompt)], SamplingParams(max_new_tokens=new, ignore_eos=True),
-            rid=f"profile-{requests}-{prompt}-{new}-{i}-{rng.random()}")) for i in range(requests)))
-        return time.perf_counter() - started
-
+    generator = _Generator(engine)
+    timed = generator.timed
     await timed(1, 16, 8)   # warm-up: the first forward passes pay for lazy initialisation
-    samples = [(b, p, n, min([await timed(b, p, n) for _ in range(2)])) for b, p, n in GENERATION_GRID]
+    samples = [(b, p, n, min([await timed(b, p, n) for _ in range(2)])) for b, p, n in generation_grid(config)]
     started = time.perf_counter()
     await engine.update_weights(str(model_dir), 1)
     weight_load_s = time.perf_counter() - started
@@ -90,90 +106,223 @@ async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) ->
         "samples": [{"requests": b, "prompt": p, "new_tokens": n, "seconds": s} for b, p, n, s in samples]}
 
 
-def synthetic_batch(tokens: int, seed: int) -> list[Trajectory]:
-    """Groups of 4 trajectories of 16 prompt and 48 response tokens, about `tokens` in all, rewards 0 and 1."""
+def synthetic_batch(tokens: int, seed: int, response: int = 48, group: int = 4) -> list[Trajectory]:
+    """Groups of `group` trajectories sharing a prompt of 16 tokens (as a run's groups do), `response` tokens each,
+    about `tokens` in all counting each trajectory's prompt (as the simulated trainer counts them), rewards 0 and 1."""
     rng = random.Random(seed)
-    batch = []
-    for k in range(max(4, tokens // 64 // 4 * 4)):
-        output = [rng.randrange(1, 32) for _ in range(48)]
-        batch.append(Trajectory(trajectory_id=f"{seed}-{k}", task="profile", sample_id=str(k // 4),
-                                group_id=str(k // 4), prompt_token_ids=[rng.randrange(1, 32) for _ in range(16)],
-                                output_token_ids=output, output_logprobs=[-3.0] * 48, output_versions=[0] * 48,
-                                response="", finish_reason="length", reward=RewardResult(score=float(k % 2))))
+    batch: list[Trajectory] = []
+    prompt: list[int] = []
+    for k in range(max(group, tokens // (16 + response) // group * group)):
+        if k % group == 0:
+            prompt = [rng.randrange(1, 32) for _ in range(16)]
+        output = [rng.randrange(1, 32) for _ in range(response)]
+        batch.append(Trajectory(trajectory_id=f"{seed}-{k}", task="profile", sample_id=str(k // group),
+                                group_id=str(k // group), prompt_token_ids=list(prompt),
+                                output_token_ids=output, output_logprobs=[-3.0] * response,
+                                output_versions=[0] * response, response="", finish_reason="length",
+                                reward=RewardResult(score=float(k % 2))))
     return batch
 
 
-def measure_training(model_dir: Path, config: TrainConfig, scratch: Path) -> tuple[dict[str, float], int]:
-    """The trainer's costs, and how many processes (GPUs, on a GPU machine) it ran on."""
+def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48
+                  ) -> tuple[int, int, float, float]:
+    """One step of the trainer on a synthetic batch of about `tokens`: (its tokens, its sequences, pi_prox seconds,
+    update seconds)."""
     from areal_core.rl.algorithms import group_advantages
-    from areal_core.rl.trainer import create_trainer
 
-    trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=scratch / "trainer")
-    ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks; one process otherwise
-    phases: dict[int, tuple[float, float]] = {}
-    try:
-        for index, tokens in enumerate((TRAINING_TOKENS[0], *TRAINING_TOKENS)):   # the first is a warm-up
-            batch = synthetic_batch(tokens, index)
-            started = time.perf_counter()
-            prepared = trainer.prepare(batch, config.rollout.temperature)
-            trainer.recompute_proximal(prepared)
-            proximal = time.perf_counter()
-            advantages = group_advantages(torch.tensor([t.reward.score for t in batch]), [t.group_id for t in batch],
-                                          config.trainer.advantage)
-            trainer.ppo_update(prepared, advantages)
-            actual = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch)
-            phases[actual] = (proximal - started, time.perf_counter() - proximal)
+    batch = synthetic_batch(tokens, seed, response, config.rollout.group_size)
+    started = time.perf_counter()
+    prepared = trainer.prepare(batch, config.rollout.temperature)
+    trainer.recompute_proximal(prepared)
+    proximal = time.perf_counter()
+    advantages = group_advantages(torch.tensor([t.reward.score for t in batch]), [t.group_id for t in batch],
+                                  config.trainer.advantage)
+    trainer.ppo_update(prepared, advantages)
+    actual = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch)
+    return actual, len(batch), proximal - started, time.perf_counter() - proximal
+
+
+def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[dict[str, float], list[dict]]:
+    """The trainer's costs (per token and per sequence fitted to batches of long and of short sequences, the rest
+    of an update its optimizer steps), and the timings they were fitted to."""
+    training_step(trainer, config, *TRAINING_BATCHES[0][:1], 0, TRAINING_BATCHES[0][1])   # a warm-up
+    samples = []
+    for index, (tokens, response) in enumerate(TRAINING_BATCHES):
+        timings = [training_step(trainer, config, tokens, index, response) for _ in range(2)]
+        actual, sequences = timings[0][:2]
+        samples.append({"tokens": actual, "sequences": sequences, "proximal_s": min(t[2] for t in timings),
+                        "update_s": min(t[3] for t in timings)})
+    started = time.perf_counter()
+    trainer.publish(scratch / "published")
+    publish_s = time.perf_counter() - started
+    started = time.perf_counter()
+    trainer.save_checkpoint(scratch / "checkpoint")
+    checkpoint_s = time.perf_counter() - started
+    proximal = fit_nonnegative(["proximal_token_s", "proximal_sequence_s"],
+                               [[s["tokens"], s["sequences"]] for s in samples], [s["proximal_s"] for s in samples])
+    update = fit_nonnegative(["update_token_s", "update_sequence_s", "optimizer_step_s"],
+                             [[s["tokens"], s["sequences"], config.trainer.ppo_minibatches] for s in samples],
+                             [s["update_s"] for s in samples])
+    return {**proximal, **update, "publish_s": publish_s, "checkpoint_s": checkpoint_s}, samples
+
+
+class _Batches:
+    """Batches of the run through its real rollout path: the rollout controller (max staleness 0, so one batch
+    and no more), the task's workflow, the engine and the reward service; and the same requests sent to the engine
+    alone (the same prompt tokens, each as long as its response was), for what the path costs a request beyond."""
+
+    def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig) -> None:
+        import dataclasses
+
+        from areal_core.tasks import get_task
+
+        self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
+        self.task = get_task(config.task, config.data_dir)
+        self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
+
+    async def through_controller(self) -> tuple[float, list[Trajectory]]:
+        from areal_core.rl.rollout import RolloutController
+
+        # the first batch each time: at policy version 0 and max staleness 0 the controller admits that one only
+        controller = RolloutController(self.task, self.engine, self.rewards, self.tokenizer, self.rollout,
+                                       reward_options=self.config.reward_options)
         started = time.perf_counter()
-        trainer.publish(scratch / "published")
-        publish_s = time.perf_counter() - started
+        controller.start()
+        try:
+            groups = await controller.next_batch()
+            seconds = time.perf_counter() - started
+        finally:
+            await controller.stop()
+        return seconds, [t for g in groups for t in g.trajectories]
+
+    async def engine_alone(self, trajectories: list[Trajectory]) -> float:
         started = time.perf_counter()
-        trainer.save_checkpoint(scratch / "checkpoint")
-        checkpoint_s = time.perf_counter() - started
-    finally:
-        trainer.close()
-    (small, (prox_small, update_small)), (large, (prox_large, update_large)) = sorted(phases.items())
-    update_token_s = max(0.0, (update_large - update_small) / (large - small))
-    return {"proximal_token_s": max(0.0, (prox_large - prox_small) / (large - small)) or prox_large / large,
-            "update_token_s": update_token_s or update_large / large,
-            "optimizer_step_s": max(0.0, update_small - small * update_token_s) / config.trainer.ppo_minibatches,
-            "publish_s": publish_s, "checkpoint_s": checkpoint_s}, ranks
+        await asyncio.gather(*(self.engine.generate(GenerateRequest(
+            list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)), ignore_eos=True),
+            rid=f"alone-{t.trajectory_id}-{random.random()}")) for t in trajectories))
+        return time.perf_counter() - started
 
 
-async def measure_rewards(config: TrainConfig, requests: int = 32) -> dict[str, float]:
+async def measure_requests(batches: _Batches) -> tuple[float, dict[str, Any]]:
+    """Seconds a request costs on the run's rollout path beyond its tokens on the engine (prompt rendering and
+    tokenizing, detokenizing, scoring, the groups and the buffer): (batch through the controller - the same
+    requests on the engine alone) / requests, the smaller of two of each (after a warm-up batch)."""
+    await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
+    controller, alone, requests = [], [], 0
+    for _ in range(2):
+        seconds, trajectories = await batches.through_controller()
+        controller.append(seconds)
+        alone.append(await batches.engine_alone(trajectories))
+        requests = len(trajectories)
+    request_s = max(0.0, (min(controller) - min(alone)) / max(1, requests))
+    return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone}
+
+
+async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig
+                          ) -> tuple[dict[str, float], dict[str, Any]]:
+    """How much generation and training slow each other on this machine: a batch of the run through its rollout
+    path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
+    step alone and while such batches run back to back; the ratios of the medians (>= 1)."""
+    tokens = TRAINING_BATCHES[1][0]
+
+    async def generation() -> float:
+        return (await batches.through_controller())[0]
+
+    async def training() -> float:
+        _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, tokens, 7)
+        return proximal_s + update_s
+
+    async def alongside(timed: Any, background: Any) -> list[float]:
+        stop = asyncio.Event()
+
+        async def busy() -> None:
+            while not stop.is_set():
+                await background()
+
+        other = asyncio.create_task(busy())
+        try:
+            await asyncio.sleep(0.05)   # the other phase is under way
+            return [await timed() for _ in range(SHARED_REPEATS)]
+        finally:
+            stop.set()
+            await other   # its work in progress ends (a thread cannot be cancelled)
+
+    alone_g = [await generation() for _ in range(SHARED_REPEATS)]
+    alone_t = [await training() for _ in range(SHARED_REPEATS)]
+    shared_g = await alongside(generation, training)
+    shared_t = await alongside(training, generation)
+    slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
+                 "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
+    return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
+                       "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
+                       "training_tokens": tokens}
+
+
+async def measure_rewards(config: TrainConfig, requests: int = 32, burst: int = 512) -> dict[str, float]:
     from areal_core.rewards import RewardService
     from areal_core.tasks import get_task
 
     task = get_task(config.task, config.data_dir)
     samples = task.samples()[:requests]
     latencies: list[float] = []
+
+    def request(index: int) -> RewardRequest:
+        sample = samples[index % len(samples)]
+        return RewardRequest(task.spec.reward.name, sample, str(sample.get("answer", "")), request_id=f"profile-{index}")
+
     async with RewardService(config.reward) as service:
-        for index, sample in enumerate([samples[0], *samples]):   # one at a time: each one's own latency
+        for index in range(requests + 1):   # one at a time: each one's own latency
             started = time.perf_counter()
-            await (await service.submit(RewardRequest(task.spec.reward.name, sample, str(sample.get("answer", "")),
-                                                      request_id=f"profile-{index}")))
+            await (await service.submit(request(index)))
             if index:   # the first pays for starting the workers
                 latencies.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        pending = [await service.submit(request(requests + 1 + i)) for i in range(burst)]
+        await asyncio.gather(*pending)
+        per_second = burst / (time.perf_counter() - started)
     ordered = sorted(latencies)
     mean = statistics.fmean(ordered)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    # as many at once as Little's law says the service works on when it is saturated: latency x throughput
+    at_once = max(config.reward.workers, round(mean * per_second))
     # of 32 requests the p99 is the slowest: one outlier must not ask for a tail no log-normal has
-    return {"mean_s": mean, "p99_s": min(max(p99, mean), LOGNORMAL_P99_LIMIT * mean), "workers": config.reward.workers}
+    return {"mean_s": mean, "p99_s": min(max(p99, mean), LOGNORMAL_P99_LIMIT * mean), "workers": at_once}
 
 
 async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple[Profile, dict[str, Any]]:
     """This machine's profile for `config`'s model, engine, trainer and reward; and the raw timings."""
     from areal_core.rl.model_cache import resolve_model
 
+    from areal_core.engine import EngineTarget, start_engines
+    from areal_core.engine.model import load_tokenizer
+    from areal_core.rewards import RewardService
+    from areal_core.rl.trainer import create_trainer
+
+    if config.engine.torch_threads:   # as areal train sets up its process
+        torch.set_num_threads(config.engine.torch_threads)
     model_dir = resolve_model(config.model)
     with tempfile.TemporaryDirectory(prefix="areal-profile-") as scratch:
-        generation, raw = await measure_generation(model_dir, config, Path(scratch))
-        training, ranks = await asyncio.to_thread(measure_training, model_dir, config, Path(scratch))
+        async with start_engines(config.engine, EngineTarget(model=model_dir, urls=tuple(config.engine.urls)),
+                                 Path(scratch)) as engine:
+            generation, raw = await _time_generation(engine, model_dir, config)
+            trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=Path(scratch) / "trainer")
+            try:
+                ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks, else one
+                training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
+                                                                           Path(scratch))
+                async with RewardService(config.reward) as rewards:
+                    batches = _Batches(engine, load_tokenizer(model_dir), rewards, config)
+                    generation["request_s"], raw["requests"] = await measure_requests(batches)
+                    shared, raw["shared"] = await measure_sharing(batches, trainer, config)
+            finally:
+                trainer.close()
     rewards = await measure_rewards(config)
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "
              f"{platform.processor() or platform.node()}, torch {torch.__version__} with {torch.get_num_threads()} "
              f"threads, model {config.model.path}, task {config.task}")
     sources = {f"{part}.{key}": where for part, values in (("generation", generation), ("training", training),
-                                                           ("rewards", rewards)) for key in values}
+                                                           ("rewards", rewards), ("shared", shared)) for key in values}
     profile = Profile(name or f"{Path(str(config.model.path)).name}-{platform.node()}", GenerationCosts(**generation),
-                      TrainingCosts(**training), RewardCosts(**rewards), sources=sources, reference_gpus=ranks)
+                      TrainingCosts(**training), RewardCosts(**rewards), sources=sources, reference_gpus=ranks,
+                      shared=SharedCosts(**shared))
     return profile, {**raw, "training": training, "rewards": rewards}

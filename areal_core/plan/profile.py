@@ -17,11 +17,16 @@
       optimizer_step_s: 0.5
       publish_s: 5.0
     rewards: {mean_s: 0.05, p99_s: 0.5, workers: 64, correct_rate: 0.5}
+    shared:                            # only when generation and training share their hardware (one CPU machine)
+      generation_slowdown: 1.6         # a decode step's cost multiplied while the trainer works
+      training_slowdown: 1.3           # the trainer's, while generation runs (SharedCosts, plan/colocation.py)
     sources:                           # where each number comes from: a measurement, a paper, a benchmark
       generation.step_s: "measured by areal plan profile on ..."
 
 A trainer on G GPUs takes reference_gpus / G times the profile's per-token seconds (linear data-parallel
-scaling, an assumption the planner lists); a cluster of G generation GPUs runs G / gpus_per_server servers.
+scaling, an assumption the planner lists); a cluster of G generation GPUs runs G / gpus_per_server servers. A
+profile with `shared` describes generation and training on the same hardware (as `areal plan profile` measures
+one machine): its simulations slow each by the other while both work, whatever the split.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from typing import Any
 import yaml
 
 from areal_core.errors import ConfigError
+from areal_core.plan.colocation import SharedCosts
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.simulate import ClusterCosts
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
@@ -47,6 +53,7 @@ class Profile:
     gpus_per_server: int = 1
     reference_gpus: int = 1
     sources: dict[str, str] = field(default_factory=dict)
+    shared: SharedCosts | None = None
 
     def cluster(self, generation_gpus: int, training_gpus: int) -> ClusterCosts:
         """The costs of a cluster with these GPUs for generation and for training."""
@@ -58,13 +65,15 @@ class Profile:
         scale = self.reference_gpus / training_gpus
         training = dataclasses.replace(self.training, proximal_token_s=self.training.proximal_token_s * scale,
                                        update_token_s=self.training.update_token_s * scale)
-        return ClusterCosts(self.generation, training, self.rewards, servers)
+        return ClusterCosts(self.generation, training, self.rewards, servers, self.shared)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,
                 "generation": {"gpus_per_server": self.gpus_per_server, **dataclasses.asdict(self.generation)},
                 "training": {"reference_gpus": self.reference_gpus, **dataclasses.asdict(self.training)},
-                "rewards": dataclasses.asdict(self.rewards), "sources": dict(self.sources)}
+                "rewards": dataclasses.asdict(self.rewards),
+                **({"shared": dataclasses.asdict(self.shared)} if self.shared is not None else {}),
+                "sources": dict(self.sources)}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -95,12 +104,14 @@ def load_profile(path: str | Path) -> Profile:
     where = f"profile {path}"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with generation and training costs")
-    unknown = sorted(set(data) - {"name", "generation", "training", "rewards", "sources"})
+    unknown = sorted(set(data) - {"name", "generation", "training", "rewards", "shared", "sources"})
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: generation, name, rewards, sources, training)")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: generation, name, rewards, shared, sources, "
+                          "training)")
     generation, per_server = _part(data, "generation", GenerationCosts, ("gpus_per_server",), where)
     training, reference = _part(data, "training", TrainingCosts, ("reference_gpus",), where)
     rewards = _part(data, "rewards", RewardCosts, (), where)[0] if "rewards" in data else RewardCosts()
+    shared = _part(data, "shared", SharedCosts, (), where)[0] if data.get("shared") is not None else None
     counts = {"gpus_per_server": per_server.get("gpus_per_server", 1), "reference_gpus": reference.get("reference_gpus", 1)}
     for key, value in counts.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -108,5 +119,5 @@ def load_profile(path: str | Path) -> Profile:
     sources = data.get("sources") or {}
     if not isinstance(sources, dict):
         raise ConfigError(f"{where}: sources must map a cost (generation.step_s) to where it comes from")
-    return Profile(str(data.get("name", path.stem)), generation, training, rewards, sources={str(k): str(v) for k, v in
-                                                                                             sources.items()}, **counts)
+    return Profile(str(data.get("name", path.stem)), generation, training, rewards,
+                   sources={str(k): str(v) for k, v in sources.items()}, shared=shared, **counts)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from areal_core.config import load_config
 from areal_core.errors import ConfigError
 from areal_core.plan.clock import run_virtual
+from areal_core.plan.colocation import SharedCosts, SharedHardware
 from areal_core.plan.engine import GenerationCosts, LengthModel, SimulatedEngine
 from areal_core.plan.trainer import RewardCosts, SimulatedRewards, SimulatedTrainer, TrainingCosts
 from areal_core.rewards import RewardService
@@ -26,12 +27,14 @@ from areal_core.workflows import choose_workflow
 
 @dataclass(frozen=True)
 class ClusterCosts:
-    """What a simulated cluster's parts cost: `servers` generation servers, one trainer, the reward workers."""
+    """What a simulated cluster's parts cost: `servers` generation servers, one trainer, the reward workers; with
+    `shared`, the servers and the trainer share their hardware and slow each other while both work."""
 
     generation: GenerationCosts
     training: TrainingCosts
     rewards: RewardCosts = field(default_factory=RewardCosts)
     servers: int = 1
+    shared: SharedCosts | None = None    # generation and training on the same hardware (plan/colocation.py)
 
 
 def simulation_config(config: TrainConfig) -> TrainConfig:
@@ -56,8 +59,9 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
         raise ConfigError("a simulated run has no tool costs yet: a workflow that calls tools would run them for "
                           "real, timed by the virtual clock")
     run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer)
-    engine = SimulatedEngine(costs.servers, costs.generation, lengths).start()
+    hardware = SharedHardware(costs.shared) if costs.shared is not None else None
+    trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer, hardware=hardware)
+    engine = SimulatedEngine(costs.servers, costs.generation, lengths, hardware=hardware).start()
     logger = RunLogger(run_dir, tensorboard=False, total_steps=config.steps)
     try:
         async with RewardService(config.reward, backend=SimulatedRewards(costs.rewards)) as rewards:

@@ -3,8 +3,10 @@ service drive them; their time comes from cost models.
 
 The trainer implements the TrainerBackend protocol (rl/trainer.py): each phase charges the seconds its cost model
 gives for the batch's tokens (prompt and response of every trained sequence), and the version goes up by one per
-update. The reward backend implements RewardBackend (rewards/service.py): `workers` score at once, each request
-takes a latency drawn from a log-normal (mean, p99), and a share `correct_rate` of responses score 1.
+update; on hardware shared with generation (plan/colocation.py) a phase stretches while generation runs. The reward
+backend implements RewardBackend (rewards/service.py): `workers` score at once, each request takes a latency drawn
+from a log-normal (mean, p99), and a share `correct_rate` of responses score 1, all of a group alike in a share
+`uniform_groups` of the groups (which carry no gradient: the step loop skips them, so they change what is trained).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from areal_core.plan.clock import charge
+from areal_core.plan.clock import charge, charge_until
+from areal_core.plan.colocation import SharedHardware
 from areal_core.rl.config import TrainerConfig
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import lognormal_parameters
@@ -24,13 +27,16 @@ from areal_core.workflows.builtin import lognormal_parameters
 
 @dataclass(frozen=True)
 class TrainingCosts:
-    """A trainer's cost model: seconds per token of the batch (prompt + response) for pi_prox's forward pass and
+    """A trainer's cost model: seconds per token of the batch (prompt + response) and per sequence (what a sequence
+    costs beyond its tokens: packing, per-sequence work; it matters for short ones) for pi_prox's forward pass and
     for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step, and for writing
     the weights (`publish`, disk weight sync) and a checkpoint."""
 
     proximal_token_s: float
     update_token_s: float
     optimizer_step_s: float = 0.0
+    proximal_sequence_s: float = 0.0
+    update_sequence_s: float = 0.0
     publish_s: float = 0.0
     checkpoint_s: float = 0.0
 
@@ -44,23 +50,34 @@ class SimulatedTrainer:
     """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
 
     def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
-                 version: int = 0) -> None:
+                 version: int = 0, hardware: SharedHardware | None = None) -> None:
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
+        self.hardware = hardware   # shared with generation: the phases stretch while it runs
         self.tokens_trained = 0
 
+    def _work(self, seconds: float) -> None:
+        if self.hardware is None:
+            charge(seconds)
+        else:
+            charge_until(self.hardware.train(seconds))
+
     def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
-                top_k: int = -1) -> int:
-        return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
+                top_k: int = -1) -> tuple[int, int]:
+        """(tokens, sequences) of the batch: what its phases cost."""
+        return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories), len(trajectories)
 
-    def recompute_proximal(self, batch: int) -> None:
-        charge(batch * self.costs.proximal_token_s)
+    def recompute_proximal(self, batch: tuple[int, int]) -> None:
+        tokens, sequences = batch
+        self._work(tokens * self.costs.proximal_token_s + sequences * self.costs.proximal_sequence_s)
 
-    def ppo_update(self, batch: int, advantages: Any) -> dict[str, float]:
+    def ppo_update(self, batch: tuple[int, int], advantages: Any) -> dict[str, float]:
+        tokens, sequences = batch
         minibatches = self.config.ppo_minibatches
-        charge(batch * self.costs.update_token_s + minibatches * self.costs.optimizer_step_s)
+        self._work(tokens * self.costs.update_token_s + sequences * self.costs.update_sequence_s
+                   + minibatches * self.costs.optimizer_step_s)
         self.version += 1
-        self.tokens_trained += batch
-        return {"loss": 0.0, "trained_tokens": float(batch)}
+        self.tokens_trained += tokens
+        return {"loss": 0.0, "trained_tokens": float(tokens)}
 
     def publish(self, directory: str | Path) -> Path:
         charge(self.costs.publish_s)
@@ -82,12 +99,15 @@ class SimulatedTrainer:
 @dataclass(frozen=True)
 class RewardCosts:
     """A reward backend's cost model: latency per request, log-normal with this mean and p99 (fixed when p99 is the
-    mean), `workers` at once, a share `correct_rate` of responses scored 1. Draws depend on the request id and seed."""
+    mean), `workers` at once, a share `correct_rate` of responses scored 1; in a share `uniform_groups` of the
+    groups every response scores alike (all 1 with probability correct_rate). Draws depend on the request id
+    (`<group>.<index>`, as the rollout controller names them) and the seed."""
 
     mean_s: float = 0.0
     p99_s: float | None = None
     workers: int = 64
     correct_rate: float = 0.5
+    uniform_groups: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -95,8 +115,9 @@ class RewardCosts:
             raise ValueError(f"reward latency needs 0 <= mean_s <= p99_s, got mean_s {self.mean_s}, p99_s {self.p99_s}")
         if self.workers < 1:
             raise ValueError(f"reward workers must be >= 1, got {self.workers}")
-        if not 0 <= self.correct_rate <= 1:
-            raise ValueError(f"correct_rate must be in [0, 1], got {self.correct_rate}")
+        for name in ("correct_rate", "uniform_groups"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.mean_s > 0 and self.p99_s is not None:
             lognormal_parameters(self.mean_s, self.p99_s)   # a p99 no log-normal with this mean has: refused now
 
@@ -104,6 +125,10 @@ class RewardCosts:
         """(latency seconds, correct) of the request."""
         rng = random.Random(zlib.crc32(request_id.encode()) ^ self.seed)
         correct = rng.random() < self.correct_rate
+        if self.uniform_groups:
+            group = random.Random(zlib.crc32(request_id.split(".")[0].encode()) ^ self.seed)
+            if group.random() < self.uniform_groups:
+                correct = group.random() < self.correct_rate
         if self.mean_s == 0 or self.p99_s is None or self.p99_s == self.mean_s:
             return self.mean_s, correct
         mu, sigma = lognormal_parameters(self.mean_s, self.p99_s)

@@ -100,7 +100,16 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     assert set(profile.sources) >= {"generation.step_s", "training.update_token_s", "rewards.mean_s"}
     assert all(v.startswith("measured by areal plan profile on ") for v in profile.sources.values())
     timings = json.loads((tmp_path / "cpu.timings.json").read_text())
-    assert len(timings["samples"]) == 9 and all(s["seconds"] > 0 for s in timings["samples"])
+    # the grid reaches the run's concurrency (64 prompts x 8 samples: 256 running at once)
+    assert max(s["requests"] for s in timings["samples"]) == 256 and all(s["seconds"] > 0 for s in timings["samples"])
+    # per token and per sequence, fitted to batches of long and of short sequences
+    assert len(timings["training_samples"]) == 4 and training.proximal_token_s > 0
+    # the rollout path (controller, workflow, rewards) timed against the engine alone with the same requests
+    assert timings["requests"]["requests"] > 0 and generation.request_s >= 0
+    assert all(c > 0 for c in timings["requests"]["controller_s"] + timings["requests"]["engine_alone_s"])
+    # engine and trainer share this machine: each timed alone and beside the other
+    assert profile.shared is not None and profile.shared.generation_slowdown >= 1 and profile.shared.training_slowdown >= 1
+    assert len(timings["shared"]["generation_alongside_training_s"]) == 3 and "shared hardware:" in result.stdout
     predicted = areal("plan", "predict", str(tmp_path / "cpu.yaml"), "--gpus", "2", "--eta", "0,1",
                       "--output", str(tmp_path / "plan"), *RUN)
     assert predicted.returncode == 0, predicted.stderr

@@ -1,0 +1,80 @@
+"""Generation and training on the same hardware: each slows the other while both work.
+
+On a cluster the planner splits the GPUs, so generation servers and the trainer never share a device. On one CPU
+machine (the local engine in the trainer's process, two cores for an engine thread, a trainer thread and the
+controller) or a GPU shared by both, they do: measured by `areal plan profile` (each phase timed alone and while
+the other runs), a decode step takes `generation_slowdown` times its cost while the trainer works, and the trainer
+`training_slowdown` times its own while generation runs. Processor sharing, piecewise:
+
+    trainer progress per second = 1 / training_slowdown   while any server decodes, else 1
+    decode step seconds         = cost × generation_slowdown while the trainer works, else cost
+
+A synchronous run never overlaps the two (its engine idles while the trainer works), so it pays neither; an
+asynchronous one pays both whenever they overlap, which is what the CPU demo's async/sync ratio depends on.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SharedCosts:
+    """How much generation and training slow each other when they share hardware (1.0: not at all)."""
+
+    generation_slowdown: float = 1.0
+    training_slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not value >= 1.0:
+                raise ValueError(f"{name} must be >= 1 (a share of the hardware is never faster), got {value}")
+
+
+class SharedHardware:
+    """What the servers and the trainer of a colocated simulation share: who works now, and the slowdowns."""
+
+    def __init__(self, costs: SharedCosts) -> None:
+        self.costs = costs
+        self.training = False
+        self.servers: list[Any] = []            # SimulatedServers: each says when it starts and stops decoding
+        self._decoding: set[int] = set()
+        self._generation_changed = asyncio.Event()
+
+    @property
+    def generating(self) -> bool:
+        return bool(self._decoding)
+
+    def generation_factor(self) -> float:
+        return self.costs.generation_slowdown if self.training else 1.0
+
+    def decoding(self, server: Any, busy: bool) -> None:
+        """A server began (busy) or ended its decode steps."""
+        before = self.generating
+        (self._decoding.add if busy else self._decoding.discard)(id(server))
+        if self.generating != before:
+            self._generation_changed.set()
+
+    async def train(self, seconds: float) -> None:
+        """`seconds` of the trainer's work alone, stretched by training_slowdown while generation runs."""
+        loop = asyncio.get_running_loop()
+        self._set_training(True)
+        try:
+            remaining = seconds
+            while remaining > 0:
+                rate = 1 / self.costs.training_slowdown if self.generating else 1.0
+                started = loop.time()
+                self._generation_changed.clear()
+                try:
+                    await asyncio.wait_for(self._generation_changed.wait(), remaining / rate)
+                except asyncio.TimeoutError:
+                    return
+                remaining -= (loop.time() - started) * rate
+        finally:
+            self._set_training(False)
+
+    def _set_training(self, training: bool) -> None:
+        self.training = training
+        for server in self.servers:   # the steps planned at the old speed end; the next are planned at the new
+            server.speed_changed()

@@ -1,0 +1,149 @@
+"""`areal plan` checked against this machine: profile, predict, then measure the same runs, in one sitting.
+
+1. `areal plan profile` measures this machine with the benches' config (the embedded model, the local engine and
+   trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much generation and training
+   slow each other on the shared cores, reward latency.
+2. The workload: a synchronous run of the benches' config is measured first; its response lengths (metrics.jsonl,
+   `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups (which the step loop skips, so
+   they set what is trained) are the workload every prediction takes. Nothing else of a measured run goes in.
+3. Every configuration of `bench/bench_async_vs_sync.py` (sync; async: eta 1, interrupt) and
+   `bench/bench_weight_updates.py` (eta 1, interrupt; eta 1, wait) is predicted (a simulated run of the real
+   controller on the profile's costs) and then run for real (`areal train`, its own process). Runs alternate across
+   repeats so drift in machine load hits every mode alike.
+
+Throughput is steady state in both: trajectories of steps skip+1..N over their seconds (the first steps pay for
+starting the reward workers and the first forward passes, which a profile does not describe). Goals (issue #23):
+each predicted throughput within 15% of the measured one, each predicted ratio within 10%.
+
+    .venv/bin/python bench/bench_plan_validation.py [--steps 40] [--skip 3] [--repeats 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import bench_async_vs_sync
+import bench_weight_updates
+import training_runs
+
+GOAL_THROUGHPUT, GOAL_RATIO = 0.15, 0.10
+
+
+def configurations(steps: int, every: int) -> dict[str, tuple[list[str], bool]]:
+    """name -> (overrides, --sync) of each bench run predicted and measured."""
+    return {"sync": (bench_async_vs_sync.run_overrides(steps, every), True),
+            "async": (bench_async_vs_sync.run_overrides(steps, every), False),
+            "interrupt": (bench_weight_updates.run_overrides("interrupt", steps), False),
+            "wait": (bench_weight_updates.run_overrides("wait", steps), False)}
+
+
+RATIOS = {"async / sync (bench_async_vs_sync)": ("async", "sync"),
+          "interrupt / wait (bench_weight_updates)": ("interrupt", "wait")}
+
+
+def steady_throughput(metrics: list[dict[str, Any]], skip: int) -> float:
+    """Trajectories per second over steps skip+1..N (cumulative trajectories = rate x elapsed at each step)."""
+    first, last = metrics[skip - 1], metrics[-1]
+    done = last["trajectories_per_second"] * last["elapsed_seconds"] - first["trajectories_per_second"] * first["elapsed_seconds"]
+    return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
+
+
+def reward_workload(metrics: list[dict[str, Any]], group_size: int) -> dict[str, float]:
+    """The run's reward rate and the share of uniform groups, as the simulated reward model takes them: mixed groups
+    are drawn response by response at the rate, so uniform = 1 - mixed / P(a drawn group is mixed)."""
+    rate = statistics.fmean(m["reward_mean"] for m in metrics)
+    mixed = statistics.fmean(m["mixed_group_fraction"] for m in metrics)
+    drawn_mixed = 1 - rate ** group_size - (1 - rate) ** group_size
+    return {"correct_rate": rate, "uniform_groups": min(1.0, max(0.0, 1 - mixed / drawn_mixed)) if drawn_mixed else 1.0}
+
+
+def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: Path, skip: int, out: Path
+            ) -> tuple[float, dict[str, Any]]:
+    import dataclasses
+
+    from areal_core.config import load_config
+    from areal_core.engine.model import build_char_tokenizer
+    from areal_core.plan.profile import load_profile
+    from areal_core.plan.simulate import simulate
+    from areal_core.plan.workload import load_workload
+    from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
+
+    config = load_config(TrainConfig, None, [*overrides, f"output_dir={out}", *(SYNC_OVERRIDES if sync else [])])
+    profile = load_profile(profile_path)
+    metrics = training_runs.read_run(workload_run)["metrics"]
+    rewards = dataclasses.replace(profile.rewards, **reward_workload(metrics, config.rollout.group_size))
+    costs = dataclasses.replace(profile.cluster(profile.gpus_per_server, profile.reference_gpus), rewards=rewards)
+    simulate(config, costs, build_char_tokenizer(), out, lengths=load_workload(workload_run))
+    simulated = training_runs.read_run(out)
+    return steady_throughput(simulated["metrics"], skip), simulated
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--skip", type=int, default=3, help="first steps left out of the steady-state throughput")
+    parser.add_argument("--every", type=int, default=10, help="bench_async_vs_sync's keep_policy_every")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=None, help="keep everything here (default: a temp dir)")
+    args = parser.parse_args()
+    areal = str(Path(sys.executable).with_name("areal"))
+    runs = configurations(args.steps, args.every)
+
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        out = args.output or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        profile = out / "profile.yaml"
+        overrides, _ = runs["sync"]
+        profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
+        print(f"$ areal plan profile {' '.join(profile_args)}", flush=True)
+        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile)], check=True,
+                                 capture_output=True, text=True).stdout
+        print(printed, flush=True)
+
+        measured: dict[str, list[float]] = {name: [] for name in runs}
+        workload_run = None
+        for repeat in range(args.repeats):
+            for name, (overrides, sync) in runs.items():
+                run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
+                measured[name].append(steady_throughput(training_runs.read_run(run_dir)["metrics"], args.skip))
+                workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
+
+        predicted = {}
+        for name, (overrides, sync) in runs.items():
+            predicted[name], simulated = predict(profile, overrides, sync, workload_run, args.skip,
+                                                 out / "predicted" / name)
+            print(f"predicted {name}: {predicted[name]:.1f} trajectories/s ({len(simulated['metrics'])} simulated "
+                  f"steps)", flush=True)
+
+    means = {name: statistics.fmean(values) for name, values in measured.items()}
+    rows, met = [], True
+    print(f"\n{args.repeats} x {args.steps} steps per configuration, steady state from step {args.skip + 1}; "
+          f"workload: the first sync run")
+    print(f"{'run':<10} | {'measured traj/s':>16} | {'predicted':>9} | {'error':>7}")
+    for name in runs:
+        error = predicted[name] / means[name] - 1
+        met &= abs(error) <= GOAL_THROUGHPUT
+        spread = ", ".join(f"{v:.0f}" for v in measured[name])
+        print(f"{name:<10} | {means[name]:>7.1f} ({spread}) | {predicted[name]:>9.1f} | {error:>+7.1%}")
+        rows.append({"run": name, "measured": measured[name], "predicted": predicted[name], "error": error})
+    print(f"\n{'ratio':<40} | {'measured':>8} | {'predicted':>9} | {'error':>7}")
+    for label, (a, b) in RATIOS.items():
+        real, guess = means[a] / means[b], predicted[a] / predicted[b]
+        error = guess / real - 1
+        met &= abs(error) <= GOAL_RATIO
+        print(f"{label:<40} | {real:>7.2f}x | {guess:>8.2f}x | {error:>+7.1%}")
+        rows.append({"ratio": label, "measured": real, "predicted": guess, "error": error})
+    print(f"goals (throughput within {GOAL_THROUGHPUT:.0%}, ratios within {GOAL_RATIO:.0%}): {'met' if met else 'NOT met'}")
+    if args.output:
+        (args.output / "validation.json").write_text(json.dumps(rows, indent=2))
+    print("reproduce: .venv/bin/python bench/bench_plan_validation.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
