@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,15 +55,6 @@ def steady_throughput(metrics: list[dict[str, Any]], skip: int) -> float:
     return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
 
 
-def reward_workload(metrics: list[dict[str, Any]], group_size: int) -> dict[str, float]:
-    """The run's reward rate and the share of uniform groups, as the simulated reward model takes them: mixed groups
-    are drawn response by response at the rate, so uniform = 1 - mixed / P(a drawn group is mixed)."""
-    rate = statistics.fmean(m["reward_mean"] for m in metrics)
-    mixed = statistics.fmean(m["mixed_group_fraction"] for m in metrics)
-    drawn_mixed = 1 - rate ** group_size - (1 - rate) ** group_size
-    return {"correct_rate": rate, "uniform_groups": min(1.0, max(0.0, 1 - mixed / drawn_mixed)) if drawn_mixed else 1.0}
-
-
 def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: Path, skip: int, out: Path
             ) -> tuple[float, dict[str, Any]]:
     import dataclasses
@@ -76,10 +68,11 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
 
     config = load_config(TrainConfig, None, [*overrides, f"output_dir={out}", *(SYNC_OVERRIDES if sync else [])])
     profile = load_profile(profile_path)
-    metrics = training_runs.read_run(workload_run)["metrics"]
-    rewards = dataclasses.replace(profile.rewards, **reward_workload(metrics, config.rollout.group_size))
+    workload = load_workload(workload_run)   # its lengths, reward rate and uniform groups (as areal plan --lengths)
+    rewards = dataclasses.replace(profile.rewards, **workload.rewards)
     costs = dataclasses.replace(profile.cluster(profile.gpus_per_server, profile.reference_gpus), rewards=rewards)
-    simulate(config, costs, build_char_tokenizer(), out, lengths=load_workload(workload_run))
+    shutil.rmtree(out, ignore_errors=True)   # a run directory of its own (its metrics.jsonl is appended to)
+    simulate(config, costs, build_char_tokenizer(), out, lengths=workload)
     simulated = training_runs.read_run(out)
     return steady_throughput(simulated["metrics"], skip), simulated
 

@@ -8,6 +8,7 @@ the trained data; then the best split and what asynchrony buys there.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -96,6 +97,12 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
     """Simulate every scenario, each response as long as `lengths` draws (a Workload: plan/workload.py); the
     report (also written to out_dir/plan.json)."""
     workload = describe_workload(run, lengths)
+    rewards = getattr(lengths, "rewards", None)   # a run's reward rate and uniform groups, with its lengths
+    if rewards:
+        profile = dataclasses.replace(profile, rewards=dataclasses.replace(profile.rewards, **rewards))
+        workload["rewards"] = rewards
+        workload["text"] += (f"; rewards as in that run: {rewards['correct_rate']:.1%} correct, "
+                             f"{rewards['uniform_groups']:.1%} of groups alike (skipped by the step loop)")
     results = []
     for index, scenario in enumerate(scenarios(profile, gpus, etas, generation_gpus)):
         run_dir = out_dir / "runs" / f"{index:03d}"
@@ -145,7 +152,10 @@ def best(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 ASSUMPTIONS = [
     "the trainer's per-token seconds scale as reference_gpus / training GPUs (linear data parallelism)",
-    "a decode step's seconds are linear in running sequences and in the tokens in their KV caches",
+    "a decode step's seconds are linear in running sequences and in the tokens in their KV caches; a request costs "
+    "request_s once beyond its tokens (the controller's and the serving stack's work for it)",
+    "generation and training slow each other only in a profile with shared costs (one machine for both), by "
+    "constant factors while both work",
     "every generation server is alike and requests go to the one with the fewest in flight",
     "weights reach every server in weight_load_s, whatever the cluster's size",
     "response lengths: the workload's (--lengths), drawn per request, the same in every scenario, cut at "

@@ -143,6 +143,7 @@ class Workload:
     parts: tuple[tuple[float, Distribution], ...] = ()
     tail: LogNormal | None = None
     seed: int = 0
+    rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -325,7 +326,34 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
     if not parts:
         raise ConfigError(f"lengths {metrics}: no step logs response_length_hist or response_length_quantiles (a run "
                           f"made before they were logged, or no step ended); expected {SOURCES}")
-    return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed)
+    return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
+                    rewards=run_rewards(metrics))
+
+
+def run_rewards(metrics: Path) -> dict[str, float] | None:
+    """A run's rewards as the simulated reward model takes them (plan/trainer.py's RewardCosts): `correct_rate`, the
+    mean reward, and `uniform_groups`, the share of groups that score alike whatever their size (the step loop
+    skips them, so they set how much is trained). A mixed group is drawn response by response at the rate, so
+    uniform = 1 - mixed / P(a drawn group of the run's size is mixed). None when the run does not log them."""
+    import statistics
+
+    import yaml
+
+    rows = [row for _, row in _rows(metrics) if isinstance(row, dict)]
+    steps = [row for row in rows if isinstance(row.get("reward_mean"), (int, float))
+             and isinstance(row.get("mixed_group_fraction"), (int, float))]
+    config = metrics.parent / "config.yaml"
+    try:
+        group = int(yaml.safe_load(config.read_text())["rollout"]["group_size"])
+    except (OSError, TypeError, KeyError, ValueError, yaml.YAMLError):
+        return None
+    if not steps or group < 1:
+        return None
+    rate = min(1.0, max(0.0, statistics.fmean(row["reward_mean"] for row in steps)))
+    mixed = statistics.fmean(row["mixed_group_fraction"] for row in steps)
+    drawn_mixed = 1 - rate ** group - (1 - rate) ** group
+    uniform = min(1.0, max(0.0, 1 - mixed / drawn_mixed)) if drawn_mixed > 0 else 1.0
+    return {"correct_rate": rate, "uniform_groups": uniform}
 
 
 def from_responses(paths: list[Path], tokenizer: Any = None, seed: int = 0, source: str | None = None) -> Workload:

@@ -217,3 +217,30 @@ def test_areal_plan_lengths_from_a_run_every_simulated_response_is_its_draw_cut_
     assert refused.exit_code == 2 and "sampled_lengths workflow sets every response's length itself" in refused.output
     missing = areal.invoke(cli, ["plan", str(profile), "--gpus", "2", "--lengths", str(tmp_path / "nope.jsonl"), *run])
     assert missing.exit_code == 2 and f"error: lengths {tmp_path / 'nope.jsonl'}: no such file" in missing.output
+
+
+def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform_groups(tmp_path, run_dir):
+    from areal_core.plan.trainer import RewardCosts
+
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = load_workload(run_dir).rewards
+    assert rewards["correct_rate"] == pytest.approx(sum(s["reward_mean"] for s in steps) / len(steps))
+    # drawn as the simulated reward model draws them, groups of the run's size (4) are mixed as often as the run's
+    costs = RewardCosts(**rewards)
+    groups = [{costs.draw(f"p{g}.{i}")[1] for i in range(4)} for g in range(4000)]
+    mixed = sum(len(group) == 2 for group in groups) / len(groups)
+    assert mixed == pytest.approx(sum(s["mixed_group_fraction"] for s in steps) / len(steps), abs=0.04)
+    # areal plan takes them with the lengths and says so
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(PROFILE))
+    result = CliRunner().invoke(cli, ["plan", str(profile), "--gpus", "2", "--eta", "0", "--lengths", str(run_dir),
+                                      "--output", str(tmp_path / "plan"), "task=arithmetic", "steps=2",
+                                      "rollout.batch_size=8", "rollout.group_size=4"])
+    assert result.exit_code == 0, result.output
+    assert f"rewards as in that run: {rewards['correct_rate']:.1%} correct" in result.output
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["workload"]["rewards"] == rewards
+    # a run without its config (group size unknown) gives lengths alone
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
+    assert load_workload(bare).rewards is None
