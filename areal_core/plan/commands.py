@@ -89,7 +89,8 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
               help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
 def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
                  tokenizer_dir: Path | None, lengths_source: str | None, output: Path | None) -> None:
-    """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML; see docs/deployment.md).
+    """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML, or a shipped profile's name:
+    h800-qwen1.5b, h800-qwen7b; see docs/deployment.md).
 
     Every scenario is a run of the real rollout controller and step loop on simulated servers, trainer and reward
     workers, on a virtual clock. KEY=VALUE sets the run as for `areal train`; --lengths the responses' lengths,
@@ -111,7 +112,7 @@ def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_g
     if generation_gpus is not None and not 0 < generation_gpus < gpus:
         raise click.BadParameter(f"--generation-gpus must leave the trainer at least one of {gpus} GPUs, "
                                  f"got {generation_gpus}")
-    loaded = load_profile(profile)
+    loaded = load_profile(profile_path(profile))
     tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_char_tokenizer()
     lengths = load_workload(lengths_source, tokenizer) if lengths_source is not None else None
     out = output or Path("runs") / f"plan-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -123,6 +124,18 @@ def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_g
                "workload: no --lengths: the workflow's lengths (sampled_lengths), else rollout.max_new_tokens each")
     plot_report(report, out / "plan.png")
     click.echo(f"report: {out / 'plan.json'}; plot: {out / 'plan.png'}")
+
+
+def profile_path(profile: Path) -> Path:
+    """PROFILE as given: a YAML file, or the name of a profile shipped in areal_core/plan/profiles (h800-qwen1.5b)."""
+    shipped = Path(__file__).with_name("profiles")
+    if profile.is_file() or len(profile.parts) > 1 or profile.suffix in (".yaml", ".yml"):
+        return profile
+    if (shipped / f"{profile}.yaml").is_file():
+        return shipped / f"{profile}.yaml"
+    names = ", ".join(sorted(p.stem for p in shipped.glob("*.yaml")))
+    raise click.BadParameter(f"no profile file {profile} and no shipped profile of that name (shipped: {names})",
+                             param_hint="PROFILE")
 
 
 def print_report(report: dict[str, Any]) -> None:
