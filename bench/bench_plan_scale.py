@@ -20,7 +20,9 @@ sampled_lengths workflow: mean, p99, max):
                  as here: servers / core share
 
 What a real run adds and this does not count: the HTTP client's work on each response (JSON, per-token checks of
-the SGLang client), the reward workers' own processes.
+the SGLang client), the reward workers' own processes. A simulated response is one special token id repeated, not
+text: the bench also times decoding 4,000 tokens of text, as a list (how the controller decoded before) and through
+decode_response (as an array), on the char tokenizer.
 
     .venv/bin/python bench/bench_plan_scale.py                      # 8 to 4096 servers, 64 and 512 prompts a step
     .venv/bin/python bench/bench_plan_scale.py --runs 64x64 --profile   # where the time goes
@@ -124,6 +126,20 @@ def simulator_run(args: argparse.Namespace, servers: int, requests: int) -> floa
     return time.process_time() - cpu
 
 
+def decode_cost(tokens: int = 4000) -> tuple[float, float]:
+    """Milliseconds to decode `tokens` ids of text as a list and through decode_response (best of 5 rounds)."""
+    import timeit
+
+    from areal_core.workflows.episode import decode_response
+
+    tokenizer = build_char_tokenizer()
+    ids = tokenizer("The sum of 12 and 34 is 46; reversed, 64. " * (tokens // 40), add_special_tokens=False)["input_ids"]
+    ids = ids[:tokens]
+    as_list = min(timeit.repeat(lambda: tokenizer.decode(ids, skip_special_tokens=True), number=20, repeat=5)) / 20
+    as_array = min(timeit.repeat(lambda: decode_response(tokenizer, ids), number=20, repeat=5)) / 20
+    return 1e3 * as_list, 1e3 * as_array
+
+
 def measure(args: argparse.Namespace, servers: int, prompts: int, out: Path) -> dict:
     one = controller_run(args, servers, prompts, 1, out)
     two = controller_run(args, servers, prompts, 3, out, profile=args.profile)
@@ -173,6 +189,8 @@ def main() -> None:
         print(f"| {r['servers']} | {r['batch']} | {r['traj']} | {r['cpu_s']:.1f} | {r['sim_s']:.1f} | "
               f"{r['ms_per_traj']:.2f} | {r['ms_per_1k_tokens']:.3f} | {r['traj_per_s']:.1f} | {r['core_share']:.3f} | "
               f"{r['bound_at']:,.0f} |")
+    as_list, as_array = decode_cost()
+    print(f"decoding 4,000 tokens of text: {as_list:.2f} ms as a list, {as_array:.2f} ms through decode_response")
     print("reproduce: .venv/bin/python bench/bench_plan_scale.py " + " ".join(sys.argv[1:]))
 
 
