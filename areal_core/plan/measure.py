@@ -5,11 +5,13 @@ The process is set up as `areal train` sets up its own (engine.torch_threads). G
 (prompt P tokens, L new tokens, EOS ignored; B up to the run's concurrency) on one engine; the decode-step model of
 plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing context,
 one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's pi_prox and
-update phases on two synthetic batches; the per-token cost is the slope between them, the rest the optimizer step.
-Shared hardware: engine and trainer run on this one machine, so a generation batch is timed again while the trainer
-works in a thread, and a training step while generation runs (plan/colocation.py). Rewards: the task's reward on its
-own samples through the reward service, one request at a time after a warm-up (latency), then all at once: requests
-the service completes per second times the latency is how many it works on at once (`workers` of the model).
+update phases on synthetic batches of long and of short sequences (groups sharing a prompt, as a run's do); costs per
+token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
+real rollout controller against the same requests on the engine alone. Shared hardware: engine and trainer run on
+this one machine, so a batch through the controller is timed again while the trainer works in a thread, and a
+training step while such batches run (plan/colocation.py). Rewards: the task's reward on its own samples through the
+reward service, one request at a time (latency), then all at once: requests the service completes per second times
+the latency is how many it works on at once (`workers` of the model).
 """
 from __future__ import annotations
 
@@ -77,25 +79,17 @@ def generation_grid(config: TrainConfig) -> list[tuple[int, int, int]]:
     return GENERATION_GRID + [(b, 16, 48) for b in sorted(set(extra))]
 
 
-class _Generator:
-    """Times batches of requests on an engine (only the lengths matter: any ids of the vocabulary)."""
+async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    engine_config = config.engine
+    rng = random.Random(0)
 
-    def __init__(self, engine: Any) -> None:
-        self.engine, self.rng = engine, random.Random(0)
-
-    async def timed(self, requests: int, prompt: int, new: int) -> float:
-        rng = self.rng
-        started = time.perf_counter()
-        await asyncio.gather(*(self.engine.generate(GenerateRequest(
+    async def timed(requests: int, prompt: int, new: int) -> float:
+        started = time.perf_counter()   # any ids of the vocabulary: only the lengths matter
+        await asyncio.gather(*(engine.generate(GenerateRequest(
             [rng.randrange(1, 32) for _ in range(prompt)], SamplingParams(max_new_tokens=new, ignore_eos=True),
             rid=f"profile-{requests}-{prompt}-{new}-{i}-{rng.random()}")) for i in range(requests)))
         return time.perf_counter() - started
 
-
-async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) -> tuple[dict[str, float], dict[str, Any]]:
-    engine_config = config.engine
-    generator = _Generator(engine)
-    timed = generator.timed
     await timed(1, 16, 8)   # warm-up: the first forward passes pay for lazy initialisation
     samples = [(b, p, n, min([await timed(b, p, n) for _ in range(2)])) for b, p, n in generation_grid(config)]
     started = time.perf_counter()
@@ -145,7 +139,8 @@ def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, res
 def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[dict[str, float], list[dict]]:
     """The trainer's costs (per token and per sequence fitted to batches of long and of short sequences, the rest
     of an update its optimizer steps), and the timings they were fitted to."""
-    training_step(trainer, config, *TRAINING_BATCHES[0][:1], 0, TRAINING_BATCHES[0][1])   # a warm-up
+    tokens, response = TRAINING_BATCHES[0]
+    training_step(trainer, config, tokens, 0, response)   # a warm-up
     samples = []
     for index, (tokens, response) in enumerate(TRAINING_BATCHES):
         timings = [training_step(trainer, config, tokens, index, response) for _ in range(2)]
@@ -258,8 +253,10 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig
                        "training_tokens": tokens}
 
 
-async def measure_rewards(config: TrainConfig, requests: int = 32, burst: int = 512) -> dict[str, float]:
-    from areal_core.rewards import RewardService
+async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32, burst: int = 512
+                          ) -> dict[str, float]:
+    """The reward service's latency and how many it scores at once, on the task's own samples (its workers are
+    already started: the rollout path's batches ran on it)."""
     from areal_core.tasks import get_task
 
     task = get_task(config.task, config.data_dir)
@@ -270,16 +267,14 @@ async def measure_rewards(config: TrainConfig, requests: int = 32, burst: int = 
         sample = samples[index % len(samples)]
         return RewardRequest(task.spec.reward.name, sample, str(sample.get("answer", "")), request_id=f"profile-{index}")
 
-    async with RewardService(config.reward) as service:
-        for index in range(requests + 1):   # one at a time: each one's own latency
-            started = time.perf_counter()
-            await (await service.submit(request(index)))
-            if index:   # the first pays for starting the workers
-                latencies.append(time.perf_counter() - started)
+    for index in range(requests):   # one at a time: each one's own latency
         started = time.perf_counter()
-        pending = [await service.submit(request(requests + 1 + i)) for i in range(burst)]
-        await asyncio.gather(*pending)
-        per_second = burst / (time.perf_counter() - started)
+        await (await service.submit(request(index)))
+        latencies.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    pending = [await service.submit(request(requests + i)) for i in range(burst)]
+    await asyncio.gather(*pending)
+    per_second = burst / (time.perf_counter() - started)
     ordered = sorted(latencies)
     mean = statistics.fmean(ordered)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
@@ -291,11 +286,10 @@ async def measure_rewards(config: TrainConfig, requests: int = 32, burst: int = 
 
 async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple[Profile, dict[str, Any]]:
     """This machine's profile for `config`'s model, engine, trainer and reward; and the raw timings."""
-    from areal_core.rl.model_cache import resolve_model
-
     from areal_core.engine import EngineTarget, start_engines
     from areal_core.engine.model import load_tokenizer
     from areal_core.rewards import RewardService
+    from areal_core.rl.model_cache import resolve_model
     from areal_core.rl.trainer import create_trainer
 
     if config.engine.torch_threads:   # as areal train sets up its process
@@ -310,13 +304,13 @@ async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple
                 ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks, else one
                 training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
                                                                            Path(scratch))
-                async with RewardService(config.reward) as rewards:
-                    batches = _Batches(engine, load_tokenizer(model_dir), rewards, config)
+                async with RewardService(config.reward) as service:
+                    batches = _Batches(engine, load_tokenizer(model_dir), service, config)
                     generation["request_s"], raw["requests"] = await measure_requests(batches)
                     shared, raw["shared"] = await measure_sharing(batches, trainer, config)
+                    rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()
-    rewards = await measure_rewards(config)
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "
              f"{platform.processor() or platform.node()}, torch {torch.__version__} with {torch.get_num_threads()} "
              f"threads, model {config.model.path}, task {config.task}")
