@@ -94,6 +94,10 @@ def compare(model: str, gpus: int, args: argparse.Namespace, out: Path, splits: 
     print(f"{model} on {gpus} GPUs ({profile}):", flush=True)
     sync = scenario(profile, gpus, gpus, 0, args.steps, LENGTHS, out)
     echo("sync (all GPUs, in turn)", sync)
+    split_sync = None
+    if args.sync_split:
+        split_sync = scenario(profile, round(gpus * 0.75), gpus - round(gpus * 0.75), 0, args.steps, LENGTHS, out)
+        echo(f"sync on the {round(gpus * 0.75)}:{gpus - round(gpus * 0.75)} split", split_sync)
     rows = {}
     for fraction in splits:
         generation = round(gpus * fraction)
@@ -109,6 +113,9 @@ def compare(model: str, gpus: int, args: argparse.Namespace, out: Path, splits: 
               "predicted_areal_split": {eta: r["trajectories_per_s"] / sync["trajectories_per_s"]
                                         for eta, r in areal_split.items()},
               "best": f"{best['generation_gpus']}:{best['training_gpus']} eta={best['eta']}",
+              "sync_split": split_sync,
+              "predicted_vs_sync_split": ({eta: r["trajectories_per_s"] / split_sync["trajectories_per_s"]
+                                           for eta, r in areal_split.items()} if split_sync else None),
               "predicted_best": best["trajectories_per_s"] / sync["trajectories_per_s"]}
     return result
 
@@ -122,11 +129,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2560,
                         help="prompts in flight at most (default: 5 batches, what eta 4 admits; AReaL's benchmark "
                              "config says max_concurrent_rollouts 512)")
+    parser.add_argument("--prompt-share", type=float, default=0.0,
+                        help="share of the log-length variance a prompt decides (0: a group's answers independent, "
+                             "the default; 1: equally long): how long a group holds its slot under a prompt cap")
     parser.add_argument("--models", nargs="+", default=list(SETUPS), choices=list(SETUPS),
                         help="setups to simulate (default: all; MODEL@GPUS: AReaL's batch on a larger cluster)")
+    parser.add_argument("--sync-split", action="store_true",
+                        help="also a synchronous run on the 3:1 split (eta 0: generation GPUs idle while the trainer "
+                             "works and the other way round), the baseline if AReaL's \"sync AReaL\" is its own "
+                             "decoupled system at eta 0")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     CONCURRENCY[0] = args.concurrency
+    if args.prompt_share:
+        LENGTHS["prompt_share"] = args.prompt_share
     splits = [0.75] if args.only == "areal" else [0.5, 0.75, 0.875]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +150,8 @@ def main() -> None:
             results.append(compare(model, SETUPS[model][1], args, Path(tmp), splits if "@" not in model else [0.75]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nresponses: log-normal mean {LENGTHS['mean']}, p99 {LENGTHS['p99']} (uncut), cut at {LENGTHS['max']}; "
+    print(f"\nresponses: log-normal mean {LENGTHS['mean']}, p99 {LENGTHS['p99']} (uncut), cut at {LENGTHS['max']}, "
+          f"prompt share {args.prompt_share:g}; "
           f"512 prompts x 16, at most {args.concurrency} in flight; {args.steps} steps a scenario")
     print("| setup | GPUs | published sync->async | predicted, AReaL's 3:1 split | within 25%? | best split | predicted there |")
     print("|---|---|---|---|---|---|---|")
@@ -148,6 +165,10 @@ def main() -> None:
             within, published = "-", "-"
         print(f"| {r['model']} | {r['gpus']} | {published} | {at_split} | {within} | {r['best']} | "
               f"{r['predicted_best']:.2f}x |")
+    for r in results:
+        if r["predicted_vs_sync_split"]:
+            print(f"{r['model']}: async on the 3:1 split against sync on the same split: " + ", ".join(
+                f"{v:.2f}x (eta {e})" for e, v in r["predicted_vs_sync_split"].items()))
     print("reproduce: .venv/bin/python bench/bench_plan_gpu.py " + " ".join(sys.argv[1:]))
 
 

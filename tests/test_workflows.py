@@ -282,7 +282,9 @@ def test_sampled_lengths_draws_a_log_normal_with_the_asked_mean_and_p99():
 @pytest.mark.parametrize("options, message", [
     ({}, "lengths must be"), ({"lengths": {"p99": 10}}, "lengths must be"),
     ({"lengths": {"mean": 10, "p99": 1000}}, "p99 <= 15.0 x mean"), ({"lengths": {"mean": 10, "p99": 5}}, "mean <= p99"),
-    ({"lengths": {"mean": 0}}, "numbers >= 1"), ({"lengths": {"mean": 10}, "colour": 1}, "unknown workflow option")])
+    ({"lengths": {"mean": 0}}, "numbers >= 1"), ({"lengths": {"mean": 10}, "colour": 1}, "unknown workflow option"),
+    ({"lengths": {"mean": 10, "prompt_share": -0.1}}, r"prompt_share must be a number in \[0, 1\]"),
+    ({"lengths": {"mean": 10, "prompt_share": True}}, "prompt_share must be")])
 def test_sampled_lengths_refuses_options_that_describe_no_log_normal(options, message):
     from areal_core.workflows.builtin import check_sampled_lengths
 

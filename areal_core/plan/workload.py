@@ -11,6 +11,10 @@
     mean=N,p99=N,max=N   the parametric long tail: a log-normal with that mean and 99th percentile, cut at max
                          (the sampled_lengths workflow's draws, the same per request)
 
+How alike the answers to one prompt run (`prompt_share`, the share of the log-length variance a prompt decides: 0
+independent, 1 equal) decides how long a group holds its slot when prompts in flight are capped: a run's is its
+steps' response_length_prompt_share, a parametric one's `prompt_share=F` (default 0).
+
 Each request's length is drawn reproducibly from its request id (and `seed`), so every scenario of a plan meets the
 same lengths; a draw over the run's max_new_tokens is cut at it, as a real engine cuts it (finish_reason length).
 """
@@ -27,11 +31,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Protocol
 
 from areal_core.errors import ConfigError
-from areal_core.workflows.builtin import lognormal_parameters, sampled_length
+from areal_core.workflows.builtin import correlated_normal, group_key, lognormal_parameters, sampled_length
 
 TEXT_FIELDS = ("response", "completion", "output", "text")
 SOURCES = ("a run directory of `areal train` (its metrics.jsonl), a file of responses or of lengths (JSONL, "
-           "JSON), or mean=N,p99=N,max=N")
+           "JSON), or mean=N,p99=N,max=N[,prompt_share=F]")
 
 
 class Distribution(Protocol):
@@ -126,9 +130,10 @@ class LogNormal:
     mean_tokens: float
     p99_tokens: float
     max_tokens: int | None
+    prompt_share: float = 0.0
 
     def length(self, rid: str, limit: int, seed: int) -> int:
-        lengths = {"mean": self.mean_tokens, "p99": self.p99_tokens,
+        lengths = {"mean": self.mean_tokens, "p99": self.p99_tokens, "prompt_share": self.prompt_share,
                    **({"max": self.max_tokens} if self.max_tokens else {})}
         return sampled_length({"lengths": lengths, "seed": seed}, rid, limit)
 
@@ -144,6 +149,7 @@ class Workload:
     tail: LogNormal | None = None
     seed: int = 0
     rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
+    prompt_share: float = 0.0                     # an empirical one's: how alike one prompt's answers run
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -156,10 +162,17 @@ class Workload:
     def __call__(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> int:
         if self.tail is not None:
             return self.tail.length(rid, max_new_tokens, self.seed)
-        rng = random.Random(zlib.crc32(rid.encode()) ^ self.seed)
+        if self.prompt_share <= 0:
+            rng = random.Random(zlib.crc32(rid.encode()) ^ self.seed)
+            index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
+            part = self.parts[min(index, len(self.parts) - 1)][1]
+            return max(1, min(part.draw(rng.random()), max_new_tokens))
+        # a prompt's answers from one step of the run, at quantiles that move together (a Gaussian copula)
+        rng = random.Random(zlib.crc32(group_key(rid).encode()) ^ self.seed)
         index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
         part = self.parts[min(index, len(self.parts) - 1)][1]
-        return max(1, min(part.draw(rng.random()), max_new_tokens))
+        u = 0.5 * math.erfc(-correlated_normal(rid, self.seed, self.prompt_share) / math.sqrt(2))
+        return max(1, min(part.draw(min(u, 1 - 1e-12)), max_new_tokens))
 
     @property
     def responses(self) -> float:
@@ -185,7 +198,8 @@ class Workload:
         max_new_tokens the share of responses longer than it (cut at it)."""
         if self.tail is not None:
             out: dict[str, Any] = {"source": self.source, "kind": self.kind, "mean": self.tail.mean_tokens,
-                                   "p99": self.tail.p99_tokens, "max": self.tail.max_tokens}
+                                   "p99": self.tail.p99_tokens, "max": self.tail.max_tokens,
+                                   "prompt_share": self.tail.prompt_share}
             if max_new_tokens is not None:
                 mu, sigma = lognormal_parameters(self.tail.mean_tokens, self.tail.p99_tokens)
                 y = math.log(max_new_tokens + 0.5)   # a draw is rounded: longer than the limit from limit + 0.5
@@ -194,7 +208,7 @@ class Workload:
             return out
         out = {"source": self.source, "kind": self.kind, "responses": round(self.responses),
                "mean": sum(w * part.mean for w, part in self.parts) / self.responses, "p99": self.quantile(0.99),
-               "max": max(part.max for _, part in self.parts)}
+               "max": max(part.max for _, part in self.parts), "prompt_share": self.prompt_share}
         if max_new_tokens is not None:
             out["cut_fraction"] = 1 - self.cdf(max_new_tokens)
         return out
@@ -209,6 +223,7 @@ def describe(summary: dict[str, Any], max_new_tokens: int | None = None) -> str:
         text += f" ({summary['responses']:,} responses)"
     text += f": mean {summary['mean']:,.0f} tokens, p99 {summary['p99']:,.0f}"
     text += f", max {summary['max']:,}" if summary["max"] else ", no max"
+    text += f", prompt share {summary.get('prompt_share') or 0:.2f}"
     if max_new_tokens is not None and summary.get("cut_fraction"):
         text += (f"; {summary['cut_fraction']:.1%} longer than rollout.max_new_tokens={max_new_tokens:,} are cut at it "
                  f"(finish_reason length)")
@@ -238,18 +253,24 @@ def load_workload(source: str | Path, tokenizer: Any = None, seed: int = 0) -> W
 
 
 def parametric(text: str, seed: int = 0) -> Workload:
-    """mean=N,p99=N,max=N (p99 and max optional) as a Workload."""
+    """mean=N,p99=N,max=N,prompt_share=F (all but mean optional) as a Workload."""
     values: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, _, value = part.partition("=")
         key = key.strip()
-        if key not in ("mean", "p99", "max") or key in values:
-            raise ConfigError(f"lengths {text!r}: expected mean=N,p99=N,max=N (p99 and max optional), got {key!r}")
+        if key not in ("mean", "p99", "max", "prompt_share") or key in values:
+            raise ConfigError(f"lengths {text!r}: expected mean=N,p99=N,max=N,prompt_share=F (all but mean "
+                              f"optional), got {key!r}")
         try:
             values[key] = float(value)
         except ValueError:
-            raise ConfigError(f"lengths {text!r}: {key} must be a number of tokens, got {value.strip()!r}") from None
-        if not math.isfinite(values[key]) or values[key] < 1:
+            what = "a number in [0, 1]" if key == "prompt_share" else "a number of tokens"
+            raise ConfigError(f"lengths {text!r}: {key} must be {what}, got {value.strip()!r}") from None
+        if key == "prompt_share":
+            if not 0 <= values[key] <= 1:
+                raise ConfigError(f"lengths {text!r}: prompt_share must be in [0, 1] (the share of the log-length "
+                                  f"variance a prompt decides), got {value.strip()!r}")
+        elif not math.isfinite(values[key]) or values[key] < 1:
             raise ConfigError(f"lengths {text!r}: {key} must be a number of tokens >= 1, got {value.strip()!r}")
     if "mean" not in values:
         raise ConfigError(f"lengths {text!r}: expected mean=N,p99=N,max=N (the mean at least)")
@@ -261,7 +282,8 @@ def parametric(text: str, seed: int = 0) -> Workload:
     top = values.get("max")
     if top is not None and top != int(top):
         raise ConfigError(f"lengths {text!r}: max must be a whole number of tokens, got {top:g}")
-    return Workload(source=text, kind="parametric", tail=LogNormal(mean, p99, int(top) if top else None), seed=seed)
+    return Workload(source=text, kind="parametric", seed=seed,
+                    tail=LogNormal(mean, p99, int(top) if top else None, values.get("prompt_share", 0.0)))
 
 
 def _rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -327,7 +349,17 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
         raise ConfigError(f"lengths {metrics}: no step logs response_length_hist or response_length_quantiles (a run "
                           f"made before they were logged, or no step ended); expected {SOURCES}")
     return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
-                    rewards=run_rewards(metrics))
+                    rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics))
+
+
+def run_prompt_share(metrics: Path) -> float:
+    """How alike a run's answers to one prompt ran: its steps' response_length_prompt_share, weighted by their
+    responses (0 for a run that does not log it)."""
+    steps = [(row.get("responses", 1), row["response_length_prompt_share"]) for _, row in _rows(metrics)
+             if isinstance(row, dict) and isinstance(row.get("response_length_prompt_share"), (int, float))
+             and isinstance(row.get("responses", 1), (int, float))]
+    weight = sum(w for w, _ in steps)
+    return min(1.0, max(0.0, sum(w * v for w, v in steps) / weight)) if weight > 0 else 0.0
 
 
 def run_rewards(metrics: Path) -> dict[str, float] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import shutil
 import time
 from collections import Counter
@@ -180,6 +181,8 @@ class TrainingRun:
             "dropped_responses": sum(g.dropped for g in groups),
             "response_length_mean": response_tokens / len(batch), "response_tokens": response_tokens,
             "responses": len(batch), **length_distribution(lengths),
+            "response_length_prompt_share": length_prompt_share(
+                [[len(t.output_token_ids) for t in g.trajectories] for g in groups]),
             # per trajectory: the whole episode (queueing at the engine included) and its reward calls
             "episode_seconds_mean": sum(t.seconds for t in batch) / len(batch),
             "reward_seconds_mean": sum(t.reward_seconds for t in batch) / len(batch),
@@ -353,6 +356,27 @@ def length_distribution(lengths: list[int]) -> dict[str, list[list[float]]]:
         return {"response_length_hist": [[tokens, count] for tokens, count in sorted(counts.items())]}
     ordered = sorted(lengths)
     return {"response_length_quantiles": [[p, ordered[round(p * (len(ordered) - 1))]] for p in LENGTH_QUANTILES]}
+
+
+def length_prompt_share(groups: list[list[int]]) -> float | None:
+    """The share of the variance of log response length that lies between prompts (the intraclass correlation
+    ICC(1) of one-way ANOVA over the groups, unequal sizes allowed), in [0, 1]: 0 when a prompt says nothing of how
+    long its answers run, 1 when a group's answers are equally long. It decides how long a group holds its slot
+    when prompts in flight are capped (`areal plan --lengths RUN_DIR` draws lengths with it); None with fewer than
+    two groups of two or more, or when every length is the same."""
+    logs = [[math.log(max(1, n)) for n in group] for group in groups if len(group) >= 2]
+    total = sum(len(group) for group in logs)
+    if len(logs) < 2:
+        return None
+    grand = sum(map(sum, logs)) / total
+    means = [sum(group) / len(group) for group in logs]
+    between = sum(len(g) * (m - grand) ** 2 for g, m in zip(logs, means)) / (len(logs) - 1)
+    within = sum((x - m) ** 2 for g, m in zip(logs, means) for x in g) / (total - len(logs))
+    size = (total - sum(len(g) ** 2 for g in logs) / total) / (len(logs) - 1)   # the groups' effective size
+    denominator = between + (size - 1) * within
+    if denominator <= 0:
+        return None
+    return min(1.0, max(0.0, (between - within) / denominator))
 
 
 def check_workflows(config: TrainConfig, task: Task, eval_task: Task | None) -> WorkflowChoice | None:

@@ -152,25 +152,47 @@ def lognormal_parameters(mean: float, p99: float) -> tuple[float, float]:
 def check_sampled_lengths(options: dict[str, Any], where: str) -> None:
     check_known(options, LENGTHS_OPTIONS, where)
     lengths = options.get("lengths")
-    if not isinstance(lengths, dict) or set(lengths) - {"mean", "p99", "max"} or "mean" not in lengths:
-        raise ConfigError(f"{where}: workflow option lengths must be {{mean: N, p99: N, max: N}} (p99, max optional), "
-                          f"got {lengths!r}")
+    if not isinstance(lengths, dict) or set(lengths) - {"mean", "p99", "max", "prompt_share"} or "mean" not in lengths:
+        raise ConfigError(f"{where}: workflow option lengths must be {{mean: N, p99: N, max: N, prompt_share: F}} "
+                          f"(all but mean optional), got {lengths!r}")
     values = {k: lengths[k] for k in ("mean", "p99", "max") if k in lengths}
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 for v in values.values()):
         raise ConfigError(f"{where}: workflow option lengths: mean, p99 and max must be numbers >= 1, got {lengths!r}")
+    share = lengths.get("prompt_share", 0.0)
+    if not (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1):
+        raise ConfigError(f"{where}: workflow option lengths: prompt_share must be a number in [0, 1] (the share of "
+                          f"the log-length variance a prompt decides), got {share!r}")
     try:
         lognormal_parameters(values["mean"], values.get("p99", values["mean"]))
     except ValueError as exc:
         raise ConfigError(f"{where}: workflow option lengths: {exc}") from None
 
 
+def group_key(rid: str) -> str:
+    """What a request id shares with the other answers to its prompt: the rollout controller names a group's
+    requests p<prompt>.<i> (a later turn .t<k>), so the part before the first dot."""
+    return rid.partition(".")[0]
+
+
+def correlated_normal(rid: str, seed: int, prompt_share: float) -> float:
+    """A standard normal draw for request `rid`, reproducible from it and `seed`, of which `prompt_share` of the
+    variance is its prompt's (the same for every answer to it; the rest its own): answers to one prompt run long
+    or short together, as they do (Seer, arXiv 2511.14617: "requests sharing the same prompt exhibit strong
+    similarities in output lengths"), and the distribution of one answer stays the same."""
+    own = random.Random(zlib.crc32(rid.encode()) ^ seed).normalvariate(0.0, 1.0)
+    if prompt_share <= 0:
+        return own
+    shared = random.Random(zlib.crc32(b"prompt:" + group_key(rid).encode()) ^ seed).normalvariate(0.0, 1.0)
+    return math.sqrt(prompt_share) * shared + math.sqrt(1 - prompt_share) * own
+
+
 def sampled_length(options: dict[str, Any], rid: str, limit: int) -> int:
-    """The episode's length: drawn from the log-normal, reproducibly from the request id and `seed`, at most max
-    (and the run's max_new_tokens)."""
+    """The episode's length: drawn from the log-normal, reproducibly from the request id and `seed` (answers to one
+    prompt alike by `prompt_share`), at most max (and the run's max_new_tokens)."""
     lengths = options["lengths"]
     mu, sigma = lognormal_parameters(lengths["mean"], lengths.get("p99", lengths["mean"]))
-    draw = random.Random(zlib.crc32(rid.encode()) ^ int(options.get("seed", 0))).lognormvariate(mu, sigma)
-    return max(1, min(round(draw), int(lengths.get("max", limit)), limit))
+    z = correlated_normal(rid, int(options.get("seed", 0)), float(lengths.get("prompt_share", 0.0)))
+    return max(1, min(round(math.exp(mu + sigma * z)), int(lengths.get("max", limit)), limit))
 
 
 async def sampled_lengths(ctx: EpisodeContext) -> Episode:

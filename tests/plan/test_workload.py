@@ -5,7 +5,9 @@ are the workload's draws cut at max_new_tokens; bad input is an error naming the
 from __future__ import annotations
 
 import json
+import math
 import random
+import zlib
 from collections import Counter
 
 import pytest
@@ -17,8 +19,8 @@ from areal_core.engine.model import build_char_tokenizer
 from areal_core.errors import ConfigError
 from areal_core.eval.records import EvalSample
 from areal_core.plan.workload import load_workload
-from areal_core.rl.run import LENGTH_HISTOGRAM_BINS, length_distribution
-from areal_core.workflows.builtin import sampled_length
+from areal_core.rl.run import LENGTH_HISTOGRAM_BINS, length_distribution, length_prompt_share
+from areal_core.workflows.builtin import lognormal_parameters, sampled_length
 from tests.conftest import run_areal
 
 from tests.plan.test_plan_command import PROFILE
@@ -119,7 +121,8 @@ def test_a_file_of_responses_is_counted_in_the_tokenizers_tokens(tmp_path):
     expected = Counter([7, 3, 40, 10, 4, 12, 5])   # a transcript: each policy turn, tool output not counted
     workload = load_workload(path, tokenizer)
     assert workload.summary() == {"source": str(path), "kind": "responses", "responses": 7,
-                                  "mean": pytest.approx(sum(expected.elements()) / 7), "p99": 40, "max": 40}
+                                  "mean": pytest.approx(sum(expected.elements()) / 7), "p99": 40, "max": 40,
+                                  "prompt_share": 0.0}
     assert Counter(workload(rid, 1, 100) for rid in RIDS[:4000]).keys() == expected.keys()
     # a JSON list, and a directory of `areal eval` results, read alike
     (tmp_path / "list.json").write_text(json.dumps(rows))
@@ -135,7 +138,7 @@ def test_a_file_of_whole_numbers_is_lengths_as_they_are_and_a_draw_is_cut_at_max
     workload = load_workload(path)
     assert workload.summary(max_new_tokens=100) == {
         "source": str(path), "kind": "responses", "responses": 4, "mean": 228.25, "p99": 900, "max": 900,
-        "cut_fraction": 0.25}
+        "prompt_share": 0.0, "cut_fraction": 0.25}
     drawn = Counter(workload(rid, 1, 100) for rid in RIDS[:8000])
     assert set(drawn) == {3, 5, 100} and drawn[5] / 8000 == pytest.approx(0.5, abs=0.03)
 
@@ -184,6 +187,7 @@ def test_bad_lengths_are_an_error_naming_the_file_and_what_was_expected(tmp_path
     ("p99=7000", r"expected mean=N,p99=N,max=N \(the mean at least\)"),
     ("mean=2000,p99=100", "a log-normal needs mean <= p99"),
     ("mean=2000,median=3", "got 'median'"),
+    ("mean=2000,prompt_share=1.5", r"prompt_share must be in \[0, 1\]"),
 ])
 def test_a_bad_long_tail_is_an_error_saying_what_was_expected(source, message):
     with pytest.raises(ConfigError, match=message):
@@ -244,3 +248,59 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     bare.mkdir()
     (bare / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
     assert load_workload(bare).rewards is None
+
+
+def test_the_share_of_length_variance_a_prompt_decides_is_measured_by_the_intraclass_correlation():
+    assert length_prompt_share([[40, 40, 40], [3, 3, 3], [9, 9]]) == 1.0        # a group's answers equally long
+    assert length_prompt_share([[3, 40], [40, 3], [3, 40], [40, 3]]) == 0.0     # every group spans the same range
+    assert length_prompt_share([[5, 5], [5, 5]]) is None and length_prompt_share([[3, 9]]) is None
+    assert length_prompt_share([[7], [9], [30]]) is None                        # no group of two: nothing to compare
+    # by hand (one-way ANOVA, two groups of two, log lengths a +- 1 around means 0 and 4 in log units)
+    import math
+    groups = [[round(math.exp(x)) for x in (1, 3)], [round(math.exp(x)) for x in (5, 7)]]
+    logs = [[math.log(n) for n in g] for g in groups]
+    means = [sum(g) / 2 for g in logs]
+    grand = sum(means) / 2
+    between = sum(2 * (m - grand) ** 2 for m in means)
+    within = sum((x - m) ** 2 for g, m in zip(logs, means) for x in g) / 2
+    assert length_prompt_share(groups) == pytest.approx((between - within) / (between + within))
+
+
+def test_answers_to_one_prompt_run_alike_by_prompt_share_and_each_answer_keeps_its_distribution(tmp_path):
+    independent = load_workload("mean=2000,p99=7000,max=32768")
+    alike = load_workload("mean=2000,p99=7000,max=32768,prompt_share=0.8")
+    groups = [[f"p{n}.{i}" for i in range(16)] for n in range(600)]
+    drawn = {name: [[w(rid, 1, 32768) for rid in group] for group in groups]
+             for name, w in (("independent", independent), ("alike", alike))}
+    assert length_prompt_share(drawn["independent"]) < 0.03
+    assert length_prompt_share(drawn["alike"]) == pytest.approx(0.8, abs=0.06)
+    # one answer of each prompt: independent draws either way, of the same log-normal
+    mu, sigma = lognormal_parameters(2000, 7000)
+    firsts = sorted(g[0] for g in drawn["alike"])
+    median = firsts[len(firsts) // 2]
+    assert median == pytest.approx(math.exp(mu), rel=0.1)
+    # prompt_share 0 is the draw the sampled_lengths workflow always made (a run's lengths did not change)
+    options = {"lengths": {"mean": 2000, "p99": 7000}, "seed": 3}
+    assert [sampled_length(options, rid, 10 ** 6) for rid in RIDS[:300]] == [
+        max(1, round(random.Random(zlib.crc32(rid.encode()) ^ 3).lognormvariate(mu, sigma))) for rid in RIDS[:300]]
+    # the workflow takes the option as the workload does; a later turn of an answer is its prompt's too
+    shared = {"lengths": {"mean": 2000, "p99": 7000, "max": 32768, "prompt_share": 0.8}, "seed": 0}
+    assert [sampled_length(shared, rid, 32768) for rid in RIDS[:300]] == [alike(rid, 1, 32768) for rid in RIDS[:300]]
+    # a run that logged its share: its lengths are drawn alike by it, from one of its steps a prompt
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(
+        {"step": s, "responses": 64, "response_length_prompt_share": share,
+         **length_distribution([max(1, round(random.Random(s * 100 + i).lognormvariate(5, 1))) for i in range(64)])})
+        for s, share in ((1, 0.9), (2, 0.7))) + "\n")
+    run = load_workload(tmp_path)
+    assert run.prompt_share == pytest.approx(0.8) and run.summary()["prompt_share"] == pytest.approx(0.8)
+    assert length_prompt_share([[run(rid, 1, 10 ** 6) for rid in group] for group in groups]) > 0.6
+    assert length_prompt_share([[load_workload("mean=150,p99=1500")(rid, 1, 10 ** 6) for rid in group]
+                                for group in groups]) < 0.03
+
+
+def test_a_run_logs_how_alike_its_answers_to_one_prompt_ran(run_dir):
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    shares = [step["response_length_prompt_share"] for step in steps]
+    assert all(share is None or 0 <= share <= 1 for share in shares) and any(share is not None for share in shares)
+    logged = [s for s in shares if s is not None]
+    assert load_workload(run_dir).prompt_share == pytest.approx(sum(logged) / len(logged))
