@@ -82,7 +82,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip", type=int, default=3, help="first steps left out of the steady-state throughput")
     parser.add_argument("--every", type=int, default=10, help="bench_async_vs_sync's keep_policy_every")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="measured runs of each configuration")
+    parser.add_argument("--profile-repeats", type=int, default=3,
+                        help="areal plan profile --repeats: times each batch-level timing is taken")
     parser.add_argument("--output", type=Path, default=None, help="keep everything here (default: a temp dir)")
     args = parser.parse_args()
     areal = str(Path(sys.executable).with_name("areal"))
@@ -95,7 +97,8 @@ def main() -> None:
         overrides, _ = runs["sync"]
         profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
         print(f"$ areal plan profile {' '.join(profile_args)}", flush=True)
-        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile)], check=True,
+        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
+                                  "--repeats", str(args.profile_repeats)], check=True,
                                  capture_output=True, text=True).stdout
         print(printed, flush=True)
 

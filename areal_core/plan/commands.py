@@ -38,7 +38,10 @@ def plan_command() -> None:
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("profile.yaml"),
               show_default=True, help="Where the profile goes (its raw timings beside it, .timings.json).")
 @click.option("--name", default=None, help="The profile's name (default: the model and this machine).")
-def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> None:
+@click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True,
+              help="Times each batch-level timing is taken (a request's cost beyond the engine, the shared "
+                   "hardware): a steadier profile on a busy machine, about 20 s more each on the embedded model.")
+def profile_command(args: tuple[str, ...], output: Path, name: str | None, repeats: int) -> None:
     """Measure a cost profile on this machine with the real engine, trainer and reward service of a run's config
     (as `areal train` takes it; default: the embedded model, the local engine and trainer, the arithmetic task)."""
     import asyncio
@@ -51,7 +54,7 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None) -> No
 
     path, overrides = config_arguments(args)
     config = load_config(TrainConfig, path, overrides)
-    profile, timings = asyncio.run(measure_profile(config, name))
+    profile, timings = asyncio.run(measure_profile(config, name, repeats))
     output.parent.mkdir(parents=True, exist_ok=True)
     profile.save(output)
     output.with_suffix(".timings.json").write_text(json.dumps(timings, indent=2))

@@ -39,7 +39,9 @@ from areal_core.workflows.builtin import _Z99
 # (requests, prompt tokens, new tokens) of each timed generation; L = 1 isolates the prefill
 GENERATION_GRID = [(b, p, n) for b in (1, 4, 16) for p, n in ((16, 48), (96, 48), (96, 1))]
 TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8))   # (tokens, response tokens a sequence), 16 prompt
-SHARED_REPEATS = 3   # each phase timed this many times alone and alongside the other; the medians compared
+# The batch-level timings (a request's cost beyond the engine, the shared hardware): each taken this many times by
+# default (`areal plan profile --repeats`); on a busy machine more repeats steady them.
+REPEATS = 3
 LOGNORMAL_P99_LIMIT = 0.99 * math.exp(_Z99 ** 2 / 2)   # the largest p99 / mean a log-normal has, less 1%
 
 
@@ -198,13 +200,13 @@ class _Batches:
         return time.perf_counter() - started
 
 
-async def measure_requests(batches: _Batches) -> tuple[float, dict[str, Any]]:
+async def measure_requests(batches: _Batches, repeats: int = REPEATS) -> tuple[float, dict[str, Any]]:
     """Seconds a request costs on the run's rollout path beyond its tokens on the engine (prompt rendering and
     tokenizing, detokenizing, scoring, the groups and the buffer): (batch through the controller - the same
-    requests on the engine alone) / requests, the smaller of two of each (after a warm-up batch)."""
+    requests on the engine alone) / requests, the smallest of `repeats` of each (after a warm-up batch)."""
     await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
     controller, alone, requests = [], [], 0
-    for _ in range(2):
+    for _ in range(repeats):
         seconds, trajectories = await batches.through_controller()
         controller.append(seconds)
         alone.append(await batches.engine_alone(trajectories))
@@ -213,7 +215,7 @@ async def measure_requests(batches: _Batches) -> tuple[float, dict[str, Any]]:
     return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone}
 
 
-async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig
+async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
                           ) -> tuple[dict[str, float], dict[str, Any]]:
     """How much generation and training slow each other on this machine: a batch of the run through its rollout
     path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
@@ -237,13 +239,13 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig
         other = asyncio.create_task(busy())
         try:
             await asyncio.sleep(0.05)   # the other phase is under way
-            return [await timed() for _ in range(SHARED_REPEATS)]
+            return [await timed() for _ in range(repeats)]
         finally:
             stop.set()
             await other   # its work in progress ends (a thread cannot be cancelled)
 
-    alone_g = [await generation() for _ in range(SHARED_REPEATS)]
-    alone_t = [await training() for _ in range(SHARED_REPEATS)]
+    alone_g = [await generation() for _ in range(repeats)]
+    alone_t = [await training() for _ in range(repeats)]
     shared_g = await alongside(generation, training)
     shared_t = await alongside(training, generation)
     slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
@@ -284,8 +286,10 @@ async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32,
     return {"mean_s": mean, "p99_s": min(max(p99, mean), LOGNORMAL_P99_LIMIT * mean), "workers": at_once}
 
 
-async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple[Profile, dict[str, Any]]:
-    """This machine's profile for `config`'s model, engine, trainer and reward; and the raw timings."""
+async def measure_profile(config: TrainConfig, name: str | None = None, repeats: int = REPEATS
+                          ) -> tuple[Profile, dict[str, Any]]:
+    """This machine's profile for `config`'s model, engine, trainer and reward (the batch-level timings taken
+    `repeats` times each); and the raw timings."""
     from areal_core.engine import EngineTarget, start_engines
     from areal_core.engine.model import load_tokenizer
     from areal_core.rewards import RewardService
@@ -306,8 +310,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None) -> tuple
                                                                            Path(scratch))
                 async with RewardService(config.reward) as service:
                     batches = _Batches(engine, load_tokenizer(model_dir), service, config)
-                    generation["request_s"], raw["requests"] = await measure_requests(batches)
-                    shared, raw["shared"] = await measure_sharing(batches, trainer, config)
+                    generation["request_s"], raw["requests"] = await measure_requests(batches, repeats)
+                    shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                     rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()
