@@ -15,14 +15,18 @@ costs, a few steps of AReaL's batch (512 prompts x 16 responses, max 27,648 new 
 Throughput is the steady state: trajectories of steps 2..N over their seconds (step 1 fills the pipeline).
 Then the project's own predictions, AReaL's batch on 512 and 4,096 GPUs.
 
-How many prompts may be in flight decides the answer. AReaL's benchmark config says max_concurrent_rollouts 512;
-read as 512 prompts (one batch), a group holds its slot until its longest response ends, the servers run ever
-fewer sequences, and asynchrony buys 1.1x (1.5B) and 1.16x (7B). With as many as the staleness bound admits (eta 4:
+How many prompts may be in flight decides the answer, and with it how alike a prompt's answers run. AReaL's code
+caps prompts in flight at max_concurrent_rollouts (default and benchmark config: the batch, 512), a prompt holding
+its slot until its last answer ends: with independent answers the servers run ever fewer sequences and asynchrony
+buys 1.1x (1.5B) and 1.16x (7B); with answers alike (--prompt-share 0.8) 1.74x and 2.05x, and 2.31x / 2.61x against
+a synchronous run on the same split (--sync-split). With as many in flight as the staleness bound admits (eta 4:
 5 batches, 2,560 prompts; --concurrency, the default here) generation keeps ahead of the trainer.
+docs/plan-public-figures.md 6a has the figures and what each assumption rests on.
 
     .venv/bin/python bench/bench_plan_gpu.py                          # everything (an hour or more on 2 cores)
     .venv/bin/python bench/bench_plan_gpu.py --only areal --models 1.5B 7B --etas 4   # the two reproductions
-    .venv/bin/python bench/bench_plan_gpu.py --only areal --concurrency 512           # AReaL's cap, read as prompts
+    .venv/bin/python bench/bench_plan_gpu.py --only areal --models 1.5B 7B --etas 4 --concurrency 512 \
+        --prompt-share 0.8 --sync-split                               # AReaL's cap, answers alike, both baselines
 """
 from __future__ import annotations
 
