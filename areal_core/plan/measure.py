@@ -219,11 +219,17 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                           ) -> tuple[dict[str, float], dict[str, Any]]:
     """How much generation and training slow each other on this machine: a batch of the run through its rollout
     path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
-    step alone and while such batches run back to back; the ratios of the medians (>= 1)."""
+    step alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
+    ratios of the medians (>= 1)."""
     tokens = TRAINING_BATCHES[1][0]
+    in_flight = max(1, config.rollout.max_staleness + 1)
 
     async def generation() -> float:
         return (await batches.through_controller())[0]
+
+    async def generation_as_run() -> float:
+        await asyncio.gather(*(batches.through_controller() for _ in range(in_flight)))
+        return 0.0
 
     async def training() -> float:
         _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, tokens, 7)
@@ -247,7 +253,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     alone_g = [await generation() for _ in range(repeats)]
     alone_t = [await training() for _ in range(repeats)]
     shared_g = await alongside(generation, training)
-    shared_t = await alongside(training, generation)
+    shared_t = await alongside(training, generation_as_run)
     slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
                  "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
