@@ -98,10 +98,10 @@ def compare(model: str, gpus: int, args: argparse.Namespace, out: Path, splits: 
     print(f"{model} on {gpus} GPUs ({profile}):", flush=True)
     sync = scenario(profile, gpus, gpus, 0, args.steps, LENGTHS, out)
     echo("sync (all GPUs, in turn)", sync)
-    split_sync = None
+    split_sync, areal_generation = None, round(gpus * 0.75)
     if args.sync_split:
-        split_sync = scenario(profile, round(gpus * 0.75), gpus - round(gpus * 0.75), 0, args.steps, LENGTHS, out)
-        echo(f"sync on the {round(gpus * 0.75)}:{gpus - round(gpus * 0.75)} split", split_sync)
+        split_sync = scenario(profile, areal_generation, gpus - areal_generation, 0, args.steps, LENGTHS, out)
+        echo(f"sync on the {areal_generation}:{gpus - areal_generation} split", split_sync)
     rows = {}
     for fraction in splits:
         generation = round(gpus * fraction)
@@ -109,7 +109,7 @@ def compare(model: str, gpus: int, args: argparse.Namespace, out: Path, splits: 
             row = scenario(profile, generation, gpus - generation, eta, args.steps, LENGTHS, out)
             rows[(generation, eta)] = row
             echo(f"async eta={eta} {generation}:{gpus - generation}", row)
-    areal_split = {eta: rows[(round(gpus * 0.75), eta)] for eta in args.etas if (round(gpus * 0.75), eta) in rows}
+    areal_split = {eta: rows[(areal_generation, eta)] for eta in args.etas if (areal_generation, eta) in rows}
     best = max(rows.values(), key=lambda r: r["trajectories_per_s"])
     result = {"model": model, "gpus": gpus, "sync": sync, "async": {f"{g}:{gpus - g} eta={e}": r
                                                                     for (g, e), r in rows.items()},

@@ -28,6 +28,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Iterable, Iterator, Protocol
 
 from areal_core.errors import ConfigError
@@ -162,17 +163,15 @@ class Workload:
     def __call__(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> int:
         if self.tail is not None:
             return self.tail.length(rid, max_new_tokens, self.seed)
-        if self.prompt_share <= 0:
-            rng = random.Random(zlib.crc32(rid.encode()) ^ self.seed)
-            index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
-            part = self.parts[min(index, len(self.parts) - 1)][1]
-            return max(1, min(part.draw(rng.random()), max_new_tokens))
-        # a prompt's answers from one step of the run, at quantiles that move together (a Gaussian copula)
-        rng = random.Random(zlib.crc32(group_key(rid).encode()) ^ self.seed)
+        # answers alike: a prompt's answers from one step of the run, at quantiles that move together (a Gaussian
+        # copula); otherwise each answer its own step and quantile
+        alike = self.prompt_share > 0
+        rng = random.Random(zlib.crc32((group_key(rid) if alike else rid).encode()) ^ self.seed)
         index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
         part = self.parts[min(index, len(self.parts) - 1)][1]
-        u = 0.5 * math.erfc(-correlated_normal(rid, self.seed, self.prompt_share) / math.sqrt(2))
-        return max(1, min(part.draw(min(u, 1 - 1e-12)), max_new_tokens))
+        u = min(NormalDist().cdf(correlated_normal(rid, self.seed, self.prompt_share)), 1 - 1e-12) if alike \
+            else rng.random()
+        return max(1, min(part.draw(u), max_new_tokens))
 
     @property
     def responses(self) -> float:
