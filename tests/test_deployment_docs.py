@@ -43,6 +43,18 @@ def command_words(line: str, program: str) -> list[str] | None:
     return None
 
 
+def assignments(line: str) -> dict[str, str]:
+    """The VAR=value words that set the environment of the line's command."""
+    found: dict[str, str] = {}
+    for word in shlex.split(line, comments=True):
+        if ENV_ASSIGNMENT.match(word):
+            name, value = word.split("=", 1)
+            found[name] = value
+        elif word != "nohup":
+            break
+    return found
+
+
 def areal_commands() -> list[list[str]]:
     found = [words for line in shell_lines(GUIDE.read_text()) if (words := command_words(line, "areal")) is not None]
     return [words for words in found if words]
@@ -138,15 +150,21 @@ def test_every_areal_train_line_in_the_guide_resolves_to_a_config():
         load_config(TrainConfig, path, overrides)  # raises ConfigError naming the bad key or value
 
 
-def test_the_guides_sglang_launch_lines_carry_the_launchers_flags():
+def test_the_guides_sglang_launch_lines_carry_the_launchers_flags_and_environment(monkeypatch):
     from areal_core.engine.launch import ServerProcess
 
-    launcher = ServerProcess.sglang("/models/m", 30000, host="0.0.0.0", python="python").command
+    monkeypatch.delenv("SGLANG_TIMEOUT_KEEP_ALIVE", raising=False)
+    server = ServerProcess.sglang("/models/m", 30000, host="0.0.0.0", python="python")
+    launcher = server.command
     assert launcher[:3] == ["python", "-m", "sglang.launch_server"]
     flags = {word for word in launcher[3:] if word.startswith("--")}
-    lines = [words for line in shell_lines(GUIDE.read_text())
+    settings = {name: value for name, value in server.env.items() if name.startswith("SGLANG_")}
+    assert "SGLANG_TIMEOUT_KEEP_ALIVE" in settings
+    lines = [(line, words) for line in shell_lines(GUIDE.read_text())
              if (words := command_words(line, "python")) is not None and words[:2] == ["-m", "sglang.launch_server"]]
     assert lines, "the guide shows no `python -m sglang.launch_server` line"
-    for words in lines:
+    for line, words in lines:
         missing = flags - set(words)
         assert not missing, f"`python {' '.join(words)}` lacks {sorted(missing)}, which ServerProcess.sglang passes"
+        unset = {name: value for name, value in settings.items() if assignments(line).get(name) != value}
+        assert not unset, f"`{line}` does not set {unset}, which ServerProcess.sglang sets"

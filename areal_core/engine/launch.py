@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Literal, Mapping, Sequence
 
 import httpx
 
-from areal_core.engine.protocol import EngineError, EngineTarget, InferenceEngine
+from areal_core.engine.protocol import SERVER_KEEP_ALIVE_SECONDS, EngineError, EngineTarget, InferenceEngine
 from areal_core.errors import PluginError
 
 PROTOCOL_METHODS = sorted(name for name, member in vars(InferenceEngine).items()
@@ -155,7 +155,9 @@ class ServerProcess:
                    "--port", str(port)]
         if weight_version is not None and "--weight-version" not in extra_args:
             command += ["--weight-version", str(int(weight_version))]
-        return cls(command + list(extra_args), f"http://{host}:{port}", env, log_path)
+        keep_alive = {} if "SGLANG_TIMEOUT_KEEP_ALIVE" in os.environ else \
+            {"SGLANG_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_SECONDS)}   # the user's own setting wins
+        return cls(command + list(extra_args), f"http://{host}:{port}", {**keep_alive, **(env or {})}, log_path)
 
     @classmethod
     def areal(cls, model_path: str | os.PathLike[str], port: int, host: str = "127.0.0.1",

@@ -32,7 +32,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from areal_core.engine.local import LocalEngine
-from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, SamplingParams
+from areal_core.engine.protocol import (
+    SERVER_KEEP_ALIVE_SECONDS,
+    EngineError,
+    GenerateOutput,
+    GenerateRequest,
+    SamplingParams,
+)
 from areal_core.engine.weight_sync import WEIGHT_GROUP, check_bucket
 
 
@@ -287,4 +293,5 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 30000, **engine_
         _exit_with_parent(int(os.environ["AREAL_PARENT_PID"]))
 
     engine = LocalEngine(model_path, **engine_options)
-    uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")
+    uvicorn.run(build_app(engine), host=host, port=port, log_level="warning",
+                timeout_keep_alive=SERVER_KEEP_ALIVE_SECONDS)

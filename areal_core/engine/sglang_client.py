@@ -37,9 +37,11 @@ Behaviour:
   may now hold other weights than the rest, or stay paused) and gets no more requests. A timeout is not
   retried. The call fails only when no server succeeded, or when a server rejected the call itself (HTTP
   4xx, success=false: e.g. a bad checkpoint path), which raises EngineError.
-- Keep-alive: idle connections are closed by the client after 2 s, before the server's own keep-alive
-  timeout (5 s in uvicorn, SGLang and `areal serve`'s defaults) can close one under a request being sent
-  on it; with equal timeouts that race resets a request now and then.
+- Keep-alive: idle connections are closed by the client after 2 s, long before the server's own keep-alive
+  timeout can close one under a request being sent on it (that race resets the request). Servers areal
+  launches keep idle connections 65 s (`areal serve`; SGLANG_TIMEOUT_KEEP_ALIVE for SGLang); SGLang's own
+  default, 5 s, leaves a margin that a client stalled for 3 s on a loaded machine loses: set
+  SGLANG_TIMEOUT_KEEP_ALIVE=65 on servers you start yourself.
 - Versions: SGLang reports per-span versions (`weight_versions`) as strings; they are parsed as integers.
   "default" (SGLang's version of the weights it was launched with when no --weight-version is given)
   counts as 0. `areal serve` also sends every token's version (`output_token_weight_versions`).

@@ -140,3 +140,26 @@ async def pause_mid_generation(engine, prompts, params, running_count, mode: str
             await engine.resume()
         await asyncio.gather(*tasks)
     raise AssertionError(f"requests finished before a pause could land in {attempts} tries; make them longer")
+
+
+def health_on_one_connection_after_idling(url: str, idle: float) -> list[int | str]:
+    """GET /health twice on one keep-alive connection, idle for `idle` seconds in between: the two statuses, or
+    the error that came instead of the second (the server closed the connection meanwhile)."""
+    import http.client
+
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    statuses: list[int | str] = []
+    try:
+        for wait in (0.0, idle):
+            time.sleep(wait)
+            try:
+                connection.request("GET", "/health")
+                response = connection.getresponse()
+                response.read()
+                statuses.append(response.status)
+            except (http.client.HTTPException, ConnectionError) as exc:
+                statuses.append(type(exc).__name__)
+    finally:
+        connection.close()
+    return statuses

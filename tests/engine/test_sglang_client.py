@@ -23,7 +23,12 @@ from areal_core.engine.sglang_client import SGLangEngine, versions_from_meta
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
-from conftest_sglang import _free_port, pause_mid_generation, reference_logprobs  # noqa: E402
+from conftest_sglang import (  # noqa: E402
+    _free_port,
+    health_on_one_connection_after_idling,
+    pause_mid_generation,
+    reference_logprobs,
+)
 from engine_checks import LOGPROB_TOLERANCE, assert_continued_with_new_weights  # noqa: E402
 
 
@@ -277,6 +282,12 @@ def test_control_call_drops_an_unreachable_server_and_serving_goes_on(areal_pair
     out, healthy, stats = asyncio.run(run())
     assert len(out.output_ids) == 3 and healthy
     assert [s["state"] for s in stats] == ["lost", "up"]
+
+
+def test_areal_serve_keeps_an_idle_connection_far_longer_than_the_client_does(areal_pair):
+    """uvicorn's default keep-alive (5 s) leaves a loaded client 3 s of margin over its own 2 s before a request
+    may go out on a connection the server is closing (and be reset). `areal serve` keeps it 65 s."""
+    assert health_on_one_connection_after_idling(areal_pair[0].url, idle=6.0) == [200, 200]
 
 
 class ResettingProxy:

@@ -21,7 +21,7 @@ from areal_core.engine.sglang_client import SGLangEngine
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
-from conftest_sglang import pause_mid_generation, reference_logprobs  # noqa: E402
+from conftest_sglang import health_on_one_connection_after_idling, pause_mid_generation, reference_logprobs  # noqa: E402,E501
 from engine_checks import assert_continued_with_new_weights  # noqa: E402
 
 SGLANG_LOGPROB_TOLERANCE = 1e-4
@@ -146,3 +146,10 @@ def test_sglang_servers_with_original_logprobs_refuse_temperatures_other_than_on
             return served
 
     assert len(asyncio.run(run()).output_ids) == 4
+
+
+def test_a_launched_sglang_server_keeps_an_idle_connection_past_its_own_five_seconds(sglang_server):
+    """ServerProcess.sglang sets SGLANG_TIMEOUT_KEEP_ALIVE: an idle connection outlives SGLang's default (5 s), so
+    the client (which drops idle connections after 2 s) never sends on one the server is closing."""
+    assert health_on_one_connection_after_idling(sglang_server.url, idle=6.0) == [200, 200]
+
