@@ -8,4 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh
-exec .venv/bin/python -m pytest "$@"
+# One test file per worker process (--dist loadfile keeps a file's module fixtures, e.g. its servers, in one
+# process), as many workers as cores, at most 4: much of the suite waits on processes, servers and Docker, so
+# even 2 cores run it ~1.45x faster. AREAL_TEST_WORKERS=0 runs it in this process.
+exec .venv/bin/python -m pytest -n "${AREAL_TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile --durations 30 "$@"
