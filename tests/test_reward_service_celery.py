@@ -226,13 +226,21 @@ def test_areal_audit_on_celery_workers_reports_what_the_local_pool_reports(redis
     assert reports["celery"]["variants"] == reports["local"]["variants"] > 300
 
 
+VISIBILITY_S = 20
+
+
 def test_a_worker_killed_with_sigkill_mid_batch_loses_no_request_and_answers_each_once(
         redis_server, worker_factory, tmp_path):
     """Two batches of four 0.5 s rewards run on worker A; A's process group is SIGKILLed mid-batch.
     Redis redelivers both unacknowledged batches to worker B after the visibility timeout; B skips the
-    requests A had finished (saved as it went) and every request is answered exactly once."""
+    requests A had finished (saved as it went) and every request is answered exactly once.
+
+    The visibility timeout (20 s) must outlast a batch on a loaded machine: a worker restores every
+    unacknowledged message older than it, its own running batches too, and a copy redelivered after the
+    client has read and deleted the batch's result runs it all again (with 4 s, under parallel tests, B ran
+    request 4 a third time)."""
     log = tmp_path / "runs.log"
-    first = worker_factory(redis_server.url, queues="kill-test", visibility_timeout=4, label="first")
+    first = worker_factory(redis_server.url, queues="kill-test", visibility_timeout=VISIBILITY_S, label="first")
     requests = [logged(log, i, seconds=0.5) for i in range(8)]
     config = celery(redis_server.url, queue="kill-test", batch_size=4, result_timeout=120)
 
@@ -251,7 +259,7 @@ def test_a_worker_killed_with_sigkill_mid_batch_loses_no_request_and_answers_eac
             first.kill()
             ran_before_kill = runs(log)
             second = await asyncio.to_thread(worker_factory, redis_server.url, queues="kill-test",
-                                             visibility_timeout=4, label="second")
+                                             visibility_timeout=VISIBILITY_S, label="second")
             try:
                 await asyncio.wait_for(consumer, 90)
             finally:
