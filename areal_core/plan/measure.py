@@ -9,7 +9,7 @@ update phases on synthetic batches of long and of short sequences (groups sharin
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
 real rollout controller against the same requests on the engine alone. Shared hardware: engine and trainer run on
 this one machine, so a batch through the controller is timed again while the trainer works in a thread, and a
-training step while the run's rollout controller keeps generating (plan/colocation.py). Rewards: the task's reward on its own samples through the
+training step while such batches run (plan/colocation.py). Rewards: the task's reward on its own samples through the
 reward service, one request at a time (latency), then all at once: requests the service completes per second times
 the latency is how many it works on at once (`workers` of the model).
 """
@@ -177,15 +177,12 @@ class _Batches:
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
 
-    def controller(self, rollout: Any) -> Any:
+    async def through_controller(self) -> tuple[float, list[Trajectory]]:
         from areal_core.rl.rollout import RolloutController
 
-        return RolloutController(self.task, self.engine, self.rewards, self.tokenizer, rollout,
-                                 reward_options=self.config.reward_options)
-
-    async def through_controller(self) -> tuple[float, list[Trajectory]]:
         # the first batch each time: at policy version 0 and max staleness 0 the controller admits that one only
-        controller = self.controller(self.rollout)
+        controller = RolloutController(self.task, self.engine, self.rewards, self.tokenizer, self.rollout,
+                                       reward_options=self.config.reward_options)
         started = time.perf_counter()
         controller.start()
         try:
@@ -222,56 +219,40 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                           ) -> tuple[dict[str, float], dict[str, Any]]:
     """How much generation and training slow each other on this machine: a batch of the run through its rollout
     path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
-    step alone and while generation runs as the run keeps it; the ratios of the medians (>= 1).
-
-    Generation as the run keeps it: the run's rollout controller (its max staleness, its concurrency), each batch
-    taken moving the version on as a training step would, so admission never closes and the engine decodes as many
-    requests as the run has in flight all through the step. (Batches started together and awaited together left
-    the engine with their long tails only, part of the time: the trainer's slowdown read 1.3x where the real
-    asynchronous runs' training took 1.5-1.6x their synchronous steps.)"""
+    step alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
+    ratios of the medians (>= 1)."""
     tokens = TRAINING_BATCHES[1][0]
+    in_flight = max(1, config.rollout.max_staleness + 1)
 
     async def generation() -> float:
         return (await batches.through_controller())[0]
+
+    async def generation_as_run() -> float:
+        await asyncio.gather(*(batches.through_controller() for _ in range(in_flight)))
+        return 0.0
 
     async def training() -> float:
         _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, tokens, 7)
         return proximal_s + update_s
 
-    async def training_until(stop: asyncio.Event) -> None:
-        while not stop.is_set():   # a step in progress ends (a thread cannot be cancelled)
-            await training()
-
-    async def generation_as_run(stop: asyncio.Event) -> None:
-        controller = batches.controller(config.rollout)
-
-        async def take() -> None:
-            while True:
-                await controller.next_batch()
-                await controller.set_version(controller.version + 1)
-
-        controller.start()
-        taker = asyncio.create_task(take())
-        try:
-            await stop.wait()
-        finally:
-            taker.cancel()
-            await asyncio.gather(taker, return_exceptions=True)
-            await controller.stop()
-
     async def alongside(timed: Any, background: Any) -> list[float]:
         stop = asyncio.Event()
-        other = asyncio.create_task(background(stop))
+
+        async def busy() -> None:
+            while not stop.is_set():
+                await background()
+
+        other = asyncio.create_task(busy())
         try:
-            await asyncio.sleep(0.05 if background is training_until else 1.0)   # the other phase is under way
+            await asyncio.sleep(0.05)   # the other phase is under way
             return [await timed() for _ in range(repeats)]
         finally:
             stop.set()
-            await other
+            await other   # its work in progress ends (a thread cannot be cancelled)
 
     alone_g = [await generation() for _ in range(repeats)]
     alone_t = [await training() for _ in range(repeats)]
-    shared_g = await alongside(generation, training_until)
+    shared_g = await alongside(generation, training)
     shared_t = await alongside(training, generation_as_run)
     slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
                  "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
