@@ -7,6 +7,7 @@ flags our launcher passes. Fast: no network, no GPU, no training.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -30,29 +31,26 @@ def shell_lines(markdown: str) -> list[str]:
     return lines
 
 
-def command_words(line: str, program: str) -> list[str] | None:
-    """The words after `program` when the line runs it (after any VAR=value assignments and `nohup`), else None."""
+def command_parts(line: str) -> tuple[dict[str, str], list[str]]:
+    """The VAR=value assignments that set the environment of the line's command, and the command's words (after
+    those and any `nohup`)."""
     try:
         words = shlex.split(line, comments=True)
     except ValueError:
-        return None
+        return {}, []
+    env: dict[str, str] = {}
     while words and (ENV_ASSIGNMENT.match(words[0]) or words[0] == "nohup"):
+        if words[0] != "nohup":
+            name, value = words[0].split("=", 1)
+            env[name] = value
         words = words[1:]
-    if words and words[0] == program:
-        return words[1:]
-    return None
+    return env, words
 
 
-def assignments(line: str) -> dict[str, str]:
-    """The VAR=value words that set the environment of the line's command."""
-    found: dict[str, str] = {}
-    for word in shlex.split(line, comments=True):
-        if ENV_ASSIGNMENT.match(word):
-            name, value = word.split("=", 1)
-            found[name] = value
-        elif word != "nohup":
-            break
-    return found
+def command_words(line: str, program: str) -> list[str] | None:
+    """The words after `program` when the line runs it (after any VAR=value assignments and `nohup`), else None."""
+    _, words = command_parts(line)
+    return words[1:] if words and words[0] == program else None
 
 
 def areal_commands() -> list[list[str]]:
@@ -158,7 +156,7 @@ def test_the_guides_sglang_launch_lines_carry_the_launchers_flags_and_environmen
     launcher = server.command
     assert launcher[:3] == ["python", "-m", "sglang.launch_server"]
     flags = {word for word in launcher[3:] if word.startswith("--")}
-    settings = {name: value for name, value in server.env.items() if name.startswith("SGLANG_")}
+    settings = {name: value for name, value in server.env.items() if os.environ.get(name) != value}  # it adds
     assert "SGLANG_TIMEOUT_KEEP_ALIVE" in settings
     lines = [(line, words) for line in shell_lines(GUIDE.read_text())
              if (words := command_words(line, "python")) is not None and words[:2] == ["-m", "sglang.launch_server"]]
@@ -166,5 +164,5 @@ def test_the_guides_sglang_launch_lines_carry_the_launchers_flags_and_environmen
     for line, words in lines:
         missing = flags - set(words)
         assert not missing, f"`python {' '.join(words)}` lacks {sorted(missing)}, which ServerProcess.sglang passes"
-        unset = {name: value for name, value in settings.items() if assignments(line).get(name) != value}
+        unset = {name: value for name, value in settings.items() if command_parts(line)[0].get(name) != value}
         assert not unset, f"`{line}` does not set {unset}, which ServerProcess.sglang sets"

@@ -119,14 +119,14 @@ def kept_tokens(logprobs: torch.Tensor, top_p: float | torch.Tensor, top_k: int 
 
 # A token outside the kept set has probability 0 under the truncated distribution; a finite floor (e^-10000 is 0
 # in any float) keeps differences of two such log-probs at 0 rather than NaN.
+EXCLUDED_LOGPROB = -1.0e4
+
 # How long a generation server keeps an idle HTTP connection open. Clients close theirs after 2 s, so the
 # server never closes a connection the client may reuse: where the server closes first, a request sent as it
 # does is reset. uvicorn's default, 5 s, leaves 3 s of margin, which a client stalled on a loaded machine can
 # lose (the likeliest cause of a reset /generate seen once in CI). `areal serve` uses it; SGLang servers
 # launched by areal get it as SGLANG_TIMEOUT_KEEP_ALIVE.
 SERVER_KEEP_ALIVE_SECONDS = 65
-
-EXCLUDED_LOGPROB = -1.0e4
 
 
 def truncated_logprobs(logprobs: torch.Tensor, top_p: float | torch.Tensor, top_k: int | torch.Tensor

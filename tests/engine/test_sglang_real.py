@@ -152,4 +152,3 @@ def test_a_launched_sglang_server_keeps_an_idle_connection_past_its_own_five_sec
     """ServerProcess.sglang sets SGLANG_TIMEOUT_KEEP_ALIVE: an idle connection outlives SGLang's default (5 s), so
     the client (which drops idle connections after 2 s) never sends on one the server is closing."""
     assert health_on_one_connection_after_idling(sglang_server.url, idle=6.0) == [200, 200]
-
