@@ -242,7 +242,7 @@ class _DockerBackend:
         self.close()
 
     def _deadline(self, execution: Execution) -> float:
-        return time.monotonic() + self.config.total_timeout_s + 15.0
+        return time.monotonic() + self.config.total_timeout_s * self.config.wall_factor + 15.0
 
     def _execute(self, execution: Execution) -> tuple[ExecutionResult, bool]:
         """Run once; (result, the container died) — implemented by each backend."""

@@ -1,14 +1,15 @@
 """The `python` tool: a workflow's model writes Python, it runs here, the model reads what it printed.
 
 Each call is one program in the Docker sandbox, with the isolation of the code reward (no network, read-only
-root, no host mounts, an unprivileged user, memory, process and output limits, a wall-clock limit; see
+root, no host mounts, an unprivileged user, memory, process and output limits, a CPU-time limit and a wall-clock one; see
 README.md): a fork bomb, a flood of output, a write to the host or a process left running cannot reach the host
 or outlive the call. What the model reads is stdout, then stderr (a traceback), cut to the tool's output limit;
 a program past its time or output limit reads as an error saying so. The call never raises for anything the
 program does.
 
-Tool options (workflow option `tool_options: {python: {...}}`): timeout_s (default 5), memory_mb (256),
-output_bytes (64 KiB), image, pool_size (containers kept warm per process, default 4).
+Tool options (workflow option `tool_options: {python: {...}}`): timeout_s (CPU seconds, default 5), wall_factor
+(a call that sleeps or waits ends at timeout_s * wall_factor seconds, default 2), memory_mb (256), output_bytes
+(64 KiB), image, pool_size (containers kept warm per process, default 4).
 """
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from typing import Any
 from areal_sandbox.types import Execution, SandboxConfig
 
 DEFAULT_TIMEOUT_S = 5.0
-_KEYS = {"timeout_s": float, "memory_mb": int, "output_bytes": int, "image": str, "pool_size": int}
+_KEYS = {"timeout_s": float, "wall_factor": float, "memory_mb": int, "output_bytes": int, "image": str,
+         "pool_size": int}
 
 
 def tool_config(options: dict[str, Any]) -> SandboxConfig:
-    values: dict[str, Any] = {"pool_size": 4, "timeout_s": DEFAULT_TIMEOUT_S, "memory_mb": 256, "output_bytes": 1 << 16}
+    # wall_factor 2, not the sandbox's 3: an episode waits for each call, so a sleeping call ends sooner.
+    values: dict[str, Any] = {"pool_size": 4, "timeout_s": DEFAULT_TIMEOUT_S, "wall_factor": 2.0, "memory_mb": 256,
+                              "output_bytes": 1 << 16}
     for key, value in options.items():
         if key not in _KEYS:
             raise ValueError(f"python tool: unknown option {key!r} (options: {', '.join(_KEYS)})")
@@ -50,9 +54,9 @@ def python_tool(arguments: str, **options: Any):
     stderr = program_traceback(test.stderr)
     printed = test.stdout + (("\n" if test.stdout and not test.stdout.endswith("\n") else "") + stderr
                              if stderr else "")
-    details = {"verdict": test.verdict, "time_s": test.time_s}
+    details = {"verdict": test.verdict, "time_s": test.time_s, "cpu_s": test.cpu_s}
     if test.verdict == "timeout":
-        return ToolResult(output=printed, error=f"the program ran past its time limit ({config.timeout_s:g}s)",
+        return ToolResult(output=printed, error=f"the program ran past its time limit ({test.message})",
                           details=details)
     if test.verdict == "output_limit":
         return ToolResult(output=printed, error=f"the program printed more than {config.output_bytes} bytes",

@@ -23,8 +23,13 @@ class SandboxConfig:
     backend:          "pool" (warm containers, reused) or "run" (a fresh container per execution).
     image:            the runner image (build it with `areal sandbox build-image`).
     pool_size:        containers kept warm (pool backend); also the number of executions at once.
-    timeout_s:        wall-clock limit of one stdio test case, or of a whole function-mode run.
-    total_timeout_s:  wall-clock limit of one execution, all its cases together.
+    timeout_s:        CPU-time limit of one stdio test case, or of a whole function-mode run (the
+                      program's processes together, as judges count it: a loaded machine slows a
+                      program's clock, not its CPU time, so a right program is not failed for the
+                      load around it, which a training run always brings).
+    total_timeout_s:  CPU-time limit of one execution, all its cases together.
+    wall_factor:      the same limits hold on the wall clock multiplied by this, for programs that
+                      sleep or wait (no CPU time): a sleeping case ends at timeout_s * wall_factor.
     memory_mb:        address-space limit of the program (RLIMIT_AS); the container's memory
                       cgroup (no swap) is this plus the tmpfs sizes plus `overhead_mb`.
     cpus:             CPU quota of the container.
@@ -42,6 +47,7 @@ class SandboxConfig:
     pool_size: int = 2
     timeout_s: float = 10.0
     total_timeout_s: float = 60.0
+    wall_factor: float = 3.0
     memory_mb: int = 512
     overhead_mb: int = 64
     cpus: float = 1.0
@@ -65,13 +71,17 @@ class SandboxConfig:
         for name in ("timeout_s", "total_timeout_s", "cpus", "idle_exit_s", "start_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.wall_factor >= 1:
+            raise ValueError(f"wall_factor must be >= 1 (wall-clock time is never less than CPU time of one "
+                             f"process), got {self.wall_factor}")
 
     def replace(self, **changes: Any) -> "SandboxConfig":
         return dataclasses.replace(self, **changes)
 
     def limits(self) -> dict[str, Any]:
         """The limits the in-container harness enforces."""
-        return {"timeout_s": self.timeout_s, "total_timeout_s": self.total_timeout_s, "memory_mb": self.memory_mb,
+        return {"timeout_s": self.timeout_s, "total_timeout_s": self.total_timeout_s, "wall_factor": self.wall_factor,
+                "memory_mb": self.memory_mb,
                 "output_bytes": self.output_bytes, "file_size_mb": self.file_size_mb}
 
 
@@ -127,7 +137,8 @@ class Execution:
 
 @dataclass(frozen=True)
 class TestVerdict:
-    """The outcome of one test: verdict is one of VERDICTS; stderr is truncated."""
+    """The outcome of one test: verdict is one of VERDICTS; stderr is truncated. time_s and cpu_s:
+    the wall-clock and CPU time of its run (a function-mode run's on its first test)."""
 
     name: str
     verdict: str
@@ -135,6 +146,7 @@ class TestVerdict:
     stderr: str = ""
     time_s: float | None = None
     stdout: str = ""
+    cpu_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -148,6 +160,8 @@ class TestVerdict:
             data["stderr"] = self.stderr
         if self.time_s is not None:
             data["time_s"] = self.time_s
+        if self.cpu_s is not None:
+            data["cpu_s"] = self.cpu_s
         if self.stdout:
             data["stdout"] = self.stdout
         return data
@@ -180,7 +194,7 @@ class ExecutionResult:
         tests = tuple(
             TestVerdict(name=str(t.get("name", f"test {i}")), verdict=str(t.get("verdict", "runtime_error")),
                         message=str(t.get("message", "")), stderr=str(t.get("stderr", "")), time_s=t.get("time_s"),
-                        stdout=str(t.get("stdout", "")))
+                        stdout=str(t.get("stdout", "")), cpu_s=t.get("cpu_s"))
             for i, t in enumerate(data.get("tests") or [])
         )
         return cls(tests=tests, error=str(data.get("error") or ""), wall_s=float(data.get("wall_s") or 0.0),

@@ -7,7 +7,7 @@ from areal_sandbox import SandboxConfig, open_sandbox
 from areal_sandbox.testing import docker_engine, sandbox_image  # noqa: F401 (fixtures)
 
 # Tight limits keep the hostile programs quick to judge.
-HOSTILE_LIMITS = dict(pool_size=1, timeout_s=2.0, total_timeout_s=8.0, memory_mb=256, output_bytes=64 * 1024,
+HOSTILE_LIMITS = dict(pool_size=1, timeout_s=2.0, total_timeout_s=8.0, wall_factor=1.5, memory_mb=256, output_bytes=64 * 1024,
                       pids_limit=32, workdir_mb=8, tmp_mb=8, shm_mb=4)
 
 

@@ -27,8 +27,9 @@ def run_hostile(pool, program: str, tests=("assert f(1) == 2",)):
     elapsed = time.monotonic() - started
     assert not result.error, result.error
     assert not result.passed and result.fraction_passed == 0.0, result
-    # Within the time limit: the program's own limit plus the cost of starting and cleaning up.
-    assert elapsed < pool.config.timeout_s + 3.0, f"took {elapsed:.1f}s"
+    # Within the time limit (on the wall clock, for programs that sleep) plus the cost of starting
+    # and cleaning up.
+    assert elapsed < pool.config.timeout_s * pool.config.wall_factor + 3.0, f"took {elapsed:.1f}s"
     return result
 
 
@@ -44,12 +45,19 @@ def assert_pool_still_judges_honestly(pool, client) -> None:
 def test_infinite_loop_times_out(pool, docker_engine):
     result = run_hostile(pool, "while True:\n    pass\n")
     assert verdicts(result) == {"timeout"}
+    assert result.tests[0].message == f"used more than {pool.config.timeout_s:g}s of CPU time"
+    assert result.tests[0].cpu_s >= pool.config.timeout_s
     assert_pool_still_judges_honestly(pool, docker_engine)
 
 
 def test_sleep_times_out(pool, docker_engine):
+    started = time.monotonic()
     result = run_hostile(pool, "import time\ntime.sleep(3600)\n")
     assert verdicts(result) == {"timeout"}
+    wall_limit = pool.config.timeout_s * pool.config.wall_factor
+    assert result.tests[0].message == f"no exit within {wall_limit:g}s of wall-clock time"
+    assert time.monotonic() - started >= wall_limit
+    assert result.tests[0].cpu_s < 1.0
     assert_pool_still_judges_honestly(pool, docker_engine)
 
 

@@ -50,7 +50,8 @@ def test_an_honest_program_prints_and_a_crash_reads_as_its_own_traceback(python_
 
 
 @pytest.mark.parametrize("name, program, expected", [
-    ("loop", "while True:\n    pass\n", "ran past its time limit (2s)"),
+    ("loop", "while True:\n    pass\n", "ran past its time limit (used more than 2s of CPU time)"),
+    ("sleep", "import time\ntime.sleep(60)\n", "ran past its time limit (no exit within 4s of wall-clock time)"),
     ("fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "error"),
     ("memory", "x = bytearray(1 << 30)\n", "ran out of memory (128 MB)"),
     ("flood", "while True:\n    print('y' * 1000)\n", "printed more than 4096 bytes"),

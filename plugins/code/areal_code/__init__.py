@@ -39,7 +39,7 @@ REWARD_MODES = ("all", "fraction")
 CODE_CONCURRENCY = 4
 MAX_REPORTED_TESTS = 50
 _SANDBOX_KEYS = {"image": str, "backend": str, "pool_size": int, "memory_mb": int, "output_bytes": int,
-                 "timeout": float, "total_timeout": float, "cpus": float, "pids_limit": int}
+                 "timeout": float, "total_timeout": float, "wall_factor": float, "cpus": float, "pids_limit": int}
 
 
 def sandbox_config(options: dict[str, Any]):

@@ -61,6 +61,8 @@ CHILD_ENV = {
 if os.environ.get("LD_LIBRARY_PATH"):  # the offline image keeps libpython beside the interpreter
     CHILD_ENV["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
 STDERR_KEEP = 8192
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CPU_CHECK_S = 0.05  # how often a running program's CPU time is read
 VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit", "skipped",
             "unsupported")
 
@@ -90,6 +92,26 @@ def _oom_kills() -> int:
         except (OSError, ValueError):
             continue
     return -1
+
+
+def cpu_seconds() -> float:
+    """CPU time of every process in the container but this one, finished or running: the ones
+    reaped here through os.times() (PID 1 adopts and reaps every orphan), the rest through
+    /proc/PID/stat (their own time and that of the children they waited for). Limits are CPU time,
+    as judges count it, because a loaded machine slows a program's clock, not its CPU time."""
+    times = os.times()
+    total = times.children_user + times.children_system
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile: reaped here, so counted by the next os.times()
+        total += sum(int(x) for x in fields[11:15]) / CLOCK_TICKS  # utime stime cutime cstime
+    return total
 
 
 def _arrange_fds(targets: dict[int, int]) -> None:
@@ -168,14 +190,17 @@ class Child:
         self.events_buf = bytearray()
         self.output_total = 0
         self.status: int | None = None
-        self.killed_for = ""  # "timeout" | "output_limit"
+        self.killed_for = ""  # "timeout" (wall clock) | "cpu_timeout" | "output_limit"
 
-    def run(self, deadline: float, reaped: dict) -> None:
+    def run(self, deadline: float, cpu_deadline: float, reaped: dict) -> None:
         """Feed input, collect output and events until the child exits and its pipes close, or the
-        deadline passes, or the output cap is exceeded (then everything is killed)."""
+        wall-clock deadline passes, or the container's processes have used CPU time up to
+        `cpu_deadline` (a `cpu_seconds()` reading), or the output cap is exceeded (then everything
+        is killed)."""
         readers = {self.fds["stdout"], self.fds["stderr"], self.fds["events"]}
         cap = int(self.limits["output_bytes"])
         exited_at = swept_at = judge_done_at = None
+        cpu_checked_at = time.monotonic()
         while True:
             if self.status is None:
                 self.status = reaped.pop(self.pid, None)
@@ -208,13 +233,20 @@ class Child:
                 swept_at = now
                 kill_all(reaped)
                 continue
+            if swept_at is None and now - cpu_checked_at >= CPU_CHECK_S:
+                cpu_checked_at = now
+                if cpu_seconds() >= cpu_deadline:
+                    self.killed_for = "cpu_timeout"
+                    swept_at = now
+                    kill_all(reaped)
+                    continue
             if swept_at is not None and now - swept_at > 2.0:
                 return  # pipes held open by something that survived kill_all: reported as harm
             writers = [fd for fd in self.pending]
             watch = list(readers)
             if self.status is None and self.pidfd is not None:
                 watch.append(self.pidfd)
-                poll = 0.5
+                poll = CPU_CHECK_S
             else:
                 poll = 0.01 if swept_at is None else 0.05
             timeout = max(0.0, min(deadline - now, poll))
@@ -442,7 +474,38 @@ def _trim(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
 
 
-def run_stdio_job(job: dict, limits: dict, reaped: dict, job_deadline: float) -> list[dict]:
+class Budget:
+    """An execution's time limits: each program run may use `timeout_s` of CPU time, all runs
+    together `total_timeout_s`; on the wall clock each may take `wall_factor` times as long (a
+    program that sleeps or waits uses no CPU time)."""
+
+    def __init__(self, limits: dict) -> None:
+        self.timeout_s = float(limits["timeout_s"])
+        self.total_s = float(limits["total_timeout_s"])
+        self.factor = float(limits.get("wall_factor", 1.0))
+        self.wall_deadline = time.monotonic() + self.total_s * self.factor
+        self.cpu_deadline = cpu_seconds() + self.total_s
+
+    def exhausted(self) -> bool:
+        return time.monotonic() >= self.wall_deadline or cpu_seconds() >= self.cpu_deadline
+
+    def run_deadlines(self) -> tuple[float, float]:
+        """(wall-clock deadline, CPU deadline) of one program run starting now."""
+        return (min(time.monotonic() + self.timeout_s * self.factor, self.wall_deadline),
+                min(cpu_seconds() + self.timeout_s, self.cpu_deadline))
+
+    def timeout_message(self, killed_for: str, deadlines: tuple[float, float]) -> str:
+        wall, cpu = deadlines
+        if killed_for == "cpu_timeout":
+            if cpu == self.cpu_deadline:
+                return f"the execution's {self.total_s:g}s of CPU time (all runs together) ran out"
+            return f"used more than {self.timeout_s:g}s of CPU time"
+        if wall == self.wall_deadline:
+            return f"the execution's {self.total_s * self.factor:g}s of wall-clock time ran out"
+        return f"no exit within {self.timeout_s * self.factor:g}s of wall-clock time"
+
+
+def run_stdio_job(job: dict, limits: dict, reaped: dict, budget: Budget) -> list[dict]:
     cases = job.get("cases") or []
     options = job.get("compare") or {}
     mode = options.get("mode", "tokens")
@@ -456,26 +519,27 @@ def run_stdio_job(job: dict, limits: dict, reaped: dict, job_deadline: float) ->
         if failed and stop:
             results.append({"name": name, "verdict": "skipped", "message": "not run: an earlier case failed"})
             continue
-        if time.monotonic() >= job_deadline:
+        if budget.exhausted():
             results.append({"name": name, "verdict": "timeout", "message": "not run: the total time limit was reached"})
             failed = True
             continue
         token = os.urandom(16).hex()
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), cpu_seconds()
+        deadlines = budget.run_deadlines()
         child = Child("stdio", limits, str(case.get("input", "")).encode(),
                       payload=prepare.stdio_payload(job["program"], token))
         oom_before = _oom_kills()
         try:
-            child.run(min(started + float(limits["timeout_s"]), job_deadline), reaped)
+            child.run(*deadlines, reaped)
         finally:
             child.close()
         elapsed = time.monotonic() - started
         events = child.events(token)
         stdout = bytes(child.stdout).decode("utf-8", "replace")
         stderr = child.stderr_text()
-        result = {"name": name, "time_s": round(elapsed, 4)}
-        if child.killed_for == "timeout":
-            result.update(verdict="timeout", message=f"no exit within {limits['timeout_s']}s")
+        result = {"name": name, "time_s": round(elapsed, 4), "cpu_s": round(cpu_seconds() - cpu_started, 4)}
+        if child.killed_for in ("timeout", "cpu_timeout"):
+            result.update(verdict="timeout", message=budget.timeout_message(child.killed_for, deadlines))
         elif child.killed_for == "output_limit":
             result.update(verdict="output_limit", message=f"wrote more than {limits['output_bytes']} bytes")
         elif any(e["e"] == "memory" for e in events) or (0 <= oom_before < _oom_kills()):
@@ -524,14 +588,15 @@ def start_judge(prepared: dict, request_fd: int, reply_fd: int, event_fd: int) -
     return pid
 
 
-def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float) -> tuple[list[dict], str, int]:
+def run_function_job(job: dict, limits: dict, reaped: dict, budget: Budget) -> tuple[list[dict], str, int]:
     """Returns (per-test results, harness error or '', stand-ins the tests got for objects that
     are not data)."""
     try:
         prepared = prepare.function_job(job)
     except (SyntaxError, ValueError, TypeError) as exc:
         return [], f"the tests cannot be prepared: {type(exc).__name__}: {exc}", 0
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), cpu_seconds()
+    deadlines = budget.run_deadlines()
     oom_before = _oom_kills()
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
@@ -545,10 +610,10 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
         os.close(request_r)
         os.close(reply_w)
     try:
-        child.run(min(started + float(limits["timeout_s"]), job_deadline), reaped)
+        child.run(*deadlines, reaped)
     finally:
         child.close()
-    elapsed = time.monotonic() - started
+    elapsed, cpu_used = time.monotonic() - started, cpu_seconds() - cpu_started
     events = child.judge_events()
     stderr = _trim(child.stderr_text(), 2000)
     errors = [e.get("m", "") for e in events if e["e"] == "harness_error"]
@@ -572,9 +637,10 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
                 running = -1
     done = any(e["e"] == "done" for e in events)
     gone = next((str(e.get("m", "")) for e in events if e["e"] == "gone"), None)
-    if child.killed_for:
-        cause, message = child.killed_for, (f"no exit within {limits['timeout_s']}s" if child.killed_for == "timeout"
-                                            else f"wrote more than {limits['output_bytes']} bytes")
+    if child.killed_for in ("timeout", "cpu_timeout"):
+        cause, message = "timeout", budget.timeout_message(child.killed_for, deadlines)
+    elif child.killed_for:
+        cause, message = child.killed_for, f"wrote more than {limits['output_bytes']} bytes"
     elif 0 <= oom_before < _oom_kills():
         cause, message = "memory_limit", f"exceeded {limits['memory_mb']} MB"
     elif done:
@@ -615,25 +681,25 @@ def run_function_job(job: dict, limits: dict, reaped: dict, job_deadline: float)
             entry["stderr"] = stderr
         final.append(entry)
     if final:
-        final[0]["time_s"] = round(elapsed, 4)
+        final[0]["time_s"], final[0]["cpu_s"] = round(elapsed, 4), round(cpu_used, 4)
     stand_ins = next((int(e.get("n") or 0) for e in events if e["e"] == "done"), 0)
     return final, "", stand_ins
 
 
 def run_job(job: dict, reaped: dict) -> dict:
     limits = {"timeout_s": 10.0, "memory_mb": 512, "output_bytes": 1 << 20, "file_size_mb": 16,
-              "total_timeout_s": 60.0, "stop_on_failure": True}
+              "total_timeout_s": 60.0, "wall_factor": 3.0, "stop_on_failure": True}
     limits.update(job.get("limits") or {})
     started = time.monotonic()
-    job_deadline = started + float(limits["total_timeout_s"])
+    budget = Budget(limits)
     mode = job.get("mode")
     result: dict = {"id": job.get("id", ""), "tests": [], "error": ""}
     if not isinstance(job.get("program"), str):
         result["error"] = "the job has no program text"
     elif mode == "stdio":
-        result["tests"] = run_stdio_job(job, limits, reaped, job_deadline)
+        result["tests"] = run_stdio_job(job, limits, reaped, budget)
     elif mode == "function":
-        result["tests"], result["error"], result["stand_ins"] = run_function_job(job, limits, reaped, job_deadline)
+        result["tests"], result["error"], result["stand_ins"] = run_function_job(job, limits, reaped, budget)
     else:
         result["error"] = f"unknown mode {mode!r}; expected 'stdio' or 'function'"
     result["wall_s"] = round(time.monotonic() - started, 4)
