@@ -101,12 +101,9 @@ def cpu_seconds() -> float:
     as judges count it, because a loaded machine slows a program's clock, not its CPU time."""
     times = os.times()
     total = times.children_user + times.children_system
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
+    for pid in other_pids():
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile: reaped here, so counted by the next os.times()
@@ -482,17 +479,17 @@ class Budget:
     def __init__(self, limits: dict) -> None:
         self.timeout_s = float(limits["timeout_s"])
         self.total_s = float(limits["total_timeout_s"])
-        self.factor = float(limits.get("wall_factor", 1.0))
+        self.factor = float(limits["wall_factor"])
         self.wall_deadline = time.monotonic() + self.total_s * self.factor
         self.cpu_deadline = cpu_seconds() + self.total_s
 
     def exhausted(self) -> bool:
         return time.monotonic() >= self.wall_deadline or cpu_seconds() >= self.cpu_deadline
 
-    def run_deadlines(self) -> tuple[float, float]:
-        """(wall-clock deadline, CPU deadline) of one program run starting now."""
-        return (min(time.monotonic() + self.timeout_s * self.factor, self.wall_deadline),
-                min(cpu_seconds() + self.timeout_s, self.cpu_deadline))
+    def run_deadlines(self, started: float, cpu_started: float) -> tuple[float, float]:
+        """(wall-clock deadline, CPU deadline) of one program run starting at these readings."""
+        return (min(started + self.timeout_s * self.factor, self.wall_deadline),
+                min(cpu_started + self.timeout_s, self.cpu_deadline))
 
     def timeout_message(self, killed_for: str, deadlines: tuple[float, float]) -> str:
         wall, cpu = deadlines
@@ -525,7 +522,7 @@ def run_stdio_job(job: dict, limits: dict, reaped: dict, budget: Budget) -> list
             continue
         token = os.urandom(16).hex()
         started, cpu_started = time.monotonic(), cpu_seconds()
-        deadlines = budget.run_deadlines()
+        deadlines = budget.run_deadlines(started, cpu_started)
         child = Child("stdio", limits, str(case.get("input", "")).encode(),
                       payload=prepare.stdio_payload(job["program"], token))
         oom_before = _oom_kills()
@@ -596,7 +593,7 @@ def run_function_job(job: dict, limits: dict, reaped: dict, budget: Budget) -> t
     except (SyntaxError, ValueError, TypeError) as exc:
         return [], f"the tests cannot be prepared: {type(exc).__name__}: {exc}", 0
     started, cpu_started = time.monotonic(), cpu_seconds()
-    deadlines = budget.run_deadlines()
+    deadlines = budget.run_deadlines(started, cpu_started)
     oom_before = _oom_kills()
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
