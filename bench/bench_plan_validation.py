@@ -1,15 +1,15 @@
-"""`areal plan` checked against this machine: profile, predict, then measure the same runs, in one sitting.
+"""`areal plan` checked against this machine: measure the runs, profile, predict them, in one sitting.
 
-1. `areal plan profile` measures this machine with the benches' config (the embedded model, the local engine and
-   trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much generation and training
-   slow each other on the shared cores, reward latency.
-2. The workload: a synchronous run of the benches' config is measured first; its response lengths (metrics.jsonl,
-   `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups (which the step loop skips, so
-   they set what is trained) are the workload every prediction takes. Nothing else of a measured run goes in.
-3. Every configuration of `bench/bench_async_vs_sync.py` (sync; async: eta 1, interrupt) and
-   `bench/bench_weight_updates.py` (eta 1, interrupt; eta 1, wait) is predicted (a simulated run of the real
-   controller on the profile's costs) and then run for real (`areal train`, its own process). Runs alternate across
-   repeats so drift in machine load hits every mode alike.
+1. Every configuration of `bench/bench_async_vs_sync.py` (sync; async: eta 1, interrupt) and
+   `bench/bench_weight_updates.py` (eta 1, interrupt; eta 1, wait) is run for real (`areal train`, its own
+   process). Runs alternate across repeats so drift in machine load hits every mode alike.
+2. The workload: the first synchronous run; its response lengths (metrics.jsonl, `areal plan --lengths RUN_DIR`),
+   its reward rate and its share of uniform groups (which the step loop skips, so they set what is trained) are the
+   workload every prediction takes. Nothing else of a measured run goes in.
+3. `areal plan profile --lengths RUN_DIR` measures this machine with the benches' config (the embedded model, the
+   local engine and trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much
+   generation and training slow each other on the shared cores (on batches of the workload's lengths), reward
+   latency. Each configuration is then predicted: a simulated run of the real controller on the profile's costs.
 
 Throughput is steady state in both: trajectories of steps skip+1..N over their seconds (the first steps pay for
 starting the reward workers and the first forward passes, which a profile does not describe). Goals (issue #23):
@@ -93,15 +93,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         out = args.output or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        profile = out / "profile.yaml"
-        overrides, _ = runs["sync"]
-        profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
-        print(f"$ areal plan profile {' '.join(profile_args)}", flush=True)
-        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
-                                  "--repeats", str(args.profile_repeats)], check=True,
-                                 capture_output=True, text=True).stdout
-        print(printed, flush=True)
-
         measured: dict[str, list[float]] = {name: [] for name in runs}
         workload_run = None
         for repeat in range(args.repeats):
@@ -109,6 +100,17 @@ def main() -> None:
                 run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
                 measured[name].append(steady_throughput(training_runs.read_run(run_dir)["metrics"], args.skip))
                 workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
+
+        # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run
+        # they plan (how much engine and trainer slow each other on these cores depends on them)
+        profile = out / "profile.yaml"
+        overrides, _ = runs["sync"]
+        profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
+        print(f"$ areal plan profile {' '.join(profile_args)} --lengths {workload_run}", flush=True)
+        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
+                                  "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
+                                 check=True, capture_output=True, text=True).stdout
+        print(printed, flush=True)
 
         predicted = {}
         for name, (overrides, sync) in runs.items():

@@ -41,20 +41,30 @@ def plan_command() -> None:
 @click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True,
               help="Times each batch-level timing is taken (a request's cost beyond the engine, the shared "
                    "hardware): a steadier profile on a busy machine, about 20 s more each on the embedded model.")
-def profile_command(args: tuple[str, ...], output: Path, name: str | None, repeats: int) -> None:
+@click.option("--lengths", "lengths_source", metavar="RUN_DIR|FILE|mean=N,p99=N,max=N", default=None,
+              help="Response lengths for the batches timed through the rollout path (a request's cost, the shared "
+                   "hardware), as `areal plan --lengths` takes them: the run you plan, since how much engine and "
+                   "trainer slow each other on one machine depends on them (default: as long as the model writes).")
+def profile_command(args: tuple[str, ...], output: Path, name: str | None, repeats: int,
+                    lengths_source: str | None) -> None:
     """Measure a cost profile on this machine with the real engine, trainer and reward service of a run's config
     (as `areal train` takes it; default: the embedded model, the local engine and trainer, the arithmetic task)."""
     import asyncio
     import json
 
     from areal_core.config import load_config
+    from areal_core.engine.model import load_tokenizer
     from areal_core.plan.measure import measure_profile
+    from areal_core.plan.workload import load_workload
     from areal_core.rl.commands import config_arguments
     from areal_core.rl.config import TrainConfig
+    from areal_core.rl.model_cache import resolve_model
 
     path, overrides = config_arguments(args)
     config = load_config(TrainConfig, path, overrides)
-    profile, timings = asyncio.run(measure_profile(config, name, repeats))
+    lengths = None if lengths_source is None else load_workload(lengths_source,
+                                                                load_tokenizer(resolve_model(config.model)))
+    profile, timings = asyncio.run(measure_profile(config, name, repeats, lengths))
     output.parent.mkdir(parents=True, exist_ok=True)
     profile.save(output)
     output.with_suffix(".timings.json").write_text(json.dumps(timings, indent=2))

@@ -9,7 +9,10 @@ update phases on synthetic batches of long and of short sequences (groups sharin
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
 real rollout controller against the same requests on the engine alone. Shared hardware: engine and trainer run on
 this one machine, so a batch through the controller is timed again while the trainer works in a thread, and a
-training step while such batches run (plan/colocation.py). Rewards: the task's reward on its own samples through the
+training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on the
+responses' lengths (short ones are mostly per-request work in the interpreter, which the trainer's thread waits on;
+long ones mostly decode steps, which run beside it): with `lengths` (a run's, as `areal plan --lengths` takes them)
+every response of these batches is as long as the workload draws it, else as long as the model writes it. Rewards: the task's reward on its own samples through the
 reward service, one request at a time (latency), then all at once: requests the service completes per second times
 the latency is how many it works on at once (`workers` of the model).
 """
@@ -120,13 +123,14 @@ def synthetic_batch(tokens: int, seed: int, response: int = 48, group: int = 4) 
     return batch
 
 
-def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48
-                  ) -> tuple[int, int, float, float]:
-    """One step of the trainer on a synthetic batch of about `tokens`: (its tokens, its sequences, pi_prox seconds,
-    update seconds)."""
+def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48,
+                  batch: list[Trajectory] | None = None) -> tuple[int, int, float, float]:
+    """One step of the trainer on `batch`, or on a synthetic batch of about `tokens`: (its tokens, its sequences,
+    pi_prox seconds, update seconds)."""
     from areal_core.rl.algorithms import group_advantages
 
-    batch = synthetic_batch(tokens, seed, response, config.rollout.group_size)
+    if batch is None:
+        batch = synthetic_batch(tokens, seed, response, config.rollout.group_size)
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
@@ -163,17 +167,38 @@ def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[
     return {**proximal, **update, "publish_s": publish_s, "checkpoint_s": checkpoint_s}, samples
 
 
+class LengthPinnedEngine:
+    """The engine, with each response as long as `lengths` draws it for the request (EOS ignored, the request's
+    max_new_tokens still the limit): the rollout path runs unchanged on the lengths of the run being planned."""
+
+    def __init__(self, engine: Any, lengths: Any) -> None:
+        self.engine, self.lengths = engine, lengths
+
+    async def generate(self, request: GenerateRequest) -> Any:
+        import dataclasses
+
+        sampling = request.sampling_params
+        length = max(1, self.lengths(request.rid, len(request.input_ids), sampling.max_new_tokens))
+        pinned = dataclasses.replace(sampling, max_new_tokens=min(length, sampling.max_new_tokens), ignore_eos=True)
+        return await self.engine.generate(dataclasses.replace(request, sampling_params=pinned))
+
+    def __getattr__(self, name: str) -> Any:   # pause, resume, model_info, ...: the engine's own
+        return getattr(self.engine, name)
+
+
 class _Batches:
     """Batches of the run through its real rollout path: the rollout controller (max staleness 0, so one batch
-    and no more), the task's workflow, the engine and the reward service; and the same requests sent to the engine
-    alone (the same prompt tokens, each as long as its response was), for what the path costs a request beyond."""
+    and no more), the task's workflow, the engine (responses as long as `lengths` draws them, when given) and the
+    reward service; and the same requests sent to the engine alone (the same prompt tokens, each as long as its
+    response was), for what the path costs a request beyond."""
 
-    def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig) -> None:
+    def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
         import dataclasses
 
         from areal_core.tasks import get_task
 
         self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
+        self.rollout_engine = engine if lengths is None else LengthPinnedEngine(engine, lengths)
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
 
@@ -181,7 +206,7 @@ class _Batches:
         from areal_core.rl.rollout import RolloutController
 
         # the first batch each time: at policy version 0 and max staleness 0 the controller admits that one only
-        controller = RolloutController(self.task, self.engine, self.rewards, self.tokenizer, self.rollout,
+        controller = RolloutController(self.task, self.rollout_engine, self.rewards, self.tokenizer, self.rollout,
                                        reward_options=self.config.reward_options)
         started = time.perf_counter()
         controller.start()
@@ -220,19 +245,24 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     """How much generation and training slow each other on this machine: a batch of the run through its rollout
     path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
     step alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
-    ratios of the medians (>= 1)."""
-    tokens = TRAINING_BATCHES[1][0]
+    ratios of the medians (>= 1). The training steps train on a batch the rollout path made, so that they have the
+    run's shape (how many sequences, how long): per-sequence work holds the interpreter lock longer than the
+    per-token work of long sequences, and the local engine runs in the trainer's process."""
     in_flight = max(1, config.rollout.max_staleness + 1)
+    run_batch: list[Trajectory] = []
 
     async def generation() -> float:
-        return (await batches.through_controller())[0]
+        seconds, trajectories = await batches.through_controller()
+        if not run_batch:   # the training steps train on the first batch, alone and shared alike
+            run_batch.extend(trajectories)
+        return seconds
 
     async def generation_as_run() -> float:
         await asyncio.gather(*(batches.through_controller() for _ in range(in_flight)))
         return 0.0
 
     async def training() -> float:
-        _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, tokens, 7)
+        _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, 0, 7, batch=run_batch)
         return proximal_s + update_s
 
     async def alongside(timed: Any, background: Any) -> list[float]:
@@ -258,7 +288,9 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                  "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
-                       "training_tokens": tokens}
+                       "training_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in run_batch),
+                       "training_sequences": len(run_batch),
+                       "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
 
 async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32, burst: int = 512
@@ -292,10 +324,11 @@ async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32,
     return {"mean_s": mean, "p99_s": min(max(p99, mean), LOGNORMAL_P99_LIMIT * mean), "workers": at_once}
 
 
-async def measure_profile(config: TrainConfig, name: str | None = None, repeats: int = REPEATS
-                          ) -> tuple[Profile, dict[str, Any]]:
+async def measure_profile(config: TrainConfig, name: str | None = None, repeats: int = REPEATS,
+                          lengths: Any = None) -> tuple[Profile, dict[str, Any]]:
     """This machine's profile for `config`'s model, engine, trainer and reward (the batch-level timings taken
-    `repeats` times each); and the raw timings."""
+    `repeats` times each, their responses as long as `lengths` draws them when given: plan/workload.py's
+    Workload); and the raw timings."""
     from areal_core.engine import EngineTarget, start_engines
     from areal_core.engine.model import load_tokenizer
     from areal_core.rewards import RewardService
@@ -315,7 +348,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                 training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
                                                                            Path(scratch))
                 async with RewardService(config.reward) as service:
-                    batches = _Batches(engine, load_tokenizer(model_dir), service, config)
+                    batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
                     generation["request_s"], raw["requests"] = await measure_requests(batches, repeats)
                     shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                     rewards = await measure_rewards(config, service)
@@ -323,7 +356,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                 trainer.close()
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "
              f"{platform.processor() or platform.node()}, torch {torch.__version__} with {torch.get_num_threads()} "
-             f"threads, model {config.model.path}, task {config.task}")
+             f"threads, model {config.model.path}, task {config.task}"
+             + (f", response lengths {lengths.source}" if lengths is not None else ""))
     sources = {f"{part}.{key}": where for part, values in (("generation", generation), ("training", training),
                                                            ("rewards", rewards), ("shared", shared)) for key in values}
     profile = Profile(name or f"{Path(str(config.model.path)).name}-{platform.node()}", GenerationCosts(**generation),

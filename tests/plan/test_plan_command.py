@@ -89,8 +89,10 @@ def test_the_decode_model_fitted_to_timings_it_made_recovers_its_costs_and_never
 
 
 def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profile(areal, tmp_path):
+    # the batches through the rollout path on a planned run's lengths (a file of lengths, as areal plan takes it)
+    (tmp_path / "lengths.json").write_text(json.dumps([3, 3, 3]))
     result = areal("plan", "profile", "--output", str(tmp_path / "cpu.yaml"), "--name", "this-cpu", "--repeats", "2",
-                   timeout=600)
+                   "--lengths", str(tmp_path / "lengths.json"), timeout=600)
     assert result.returncode == 0, result.stderr
     assert "generation: a decode step" in result.stdout and f"profile: {tmp_path / 'cpu.yaml'}" in result.stdout
     profile = load_profile(tmp_path / "cpu.yaml")
@@ -111,6 +113,9 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     # engine and trainer share this machine: each timed alone and beside the other
     assert profile.shared is not None and profile.shared.generation_slowdown >= 1 and profile.shared.training_slowdown >= 1
     assert "shared hardware:" in result.stdout
+    # every response of those batches as long as the lengths say (EOS ignored), trained on as the run trains
+    assert timings["shared"]["response_tokens_mean"] == 3 and timings["shared"]["training_sequences"] > 0
+    assert all("response lengths" in v for v in profile.sources.values())
     # each batch-level timing taken --repeats times
     assert len(timings["shared"]["generation_alongside_training_s"]) == len(timings["requests"]["controller_s"]) == 2
     predicted = areal("plan", "predict", str(tmp_path / "cpu.yaml"), "--gpus", "2", "--eta", "0,1",
