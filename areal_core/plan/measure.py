@@ -9,12 +9,13 @@ update phases on synthetic batches of long and of short sequences (groups sharin
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
 real rollout controller against the same requests on the engine alone. Shared hardware: engine and trainer run on
 this one machine, so a batch through the controller is timed again while the trainer works in a thread, and a
-training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on the
-responses' lengths (short ones are mostly per-request work in the interpreter, which the trainer's thread waits on;
-long ones mostly decode steps, which run beside it): with `lengths` (a run's, as `areal plan --lengths` takes them)
-every response of these batches is as long as the workload draws it, else as long as the model writes it. Rewards: the task's reward on its own samples through the
-reward service, one request at a time (latency), then all at once: requests the service completes per second times
-the latency is how many it works on at once (`workers` of the model).
+training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on
+the responses' lengths (short ones are mostly per-request work in the interpreter, which the trainer's thread waits
+on; long ones mostly decode steps, which run beside it): with `lengths` (a run's, as `areal plan --lengths` takes
+them) every response of these batches is as long as the workload draws it, else as long as the model writes it.
+Rewards: the task's reward on its own samples through the reward service, one request at a time (latency), then all
+at once: requests the service completes per second times the latency is how many it works on at once (`workers` of
+the model).
 """
 from __future__ import annotations
 
