@@ -20,6 +20,7 @@ the model).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import platform
 import random
@@ -124,14 +125,17 @@ def synthetic_batch(tokens: int, seed: int, response: int = 48, group: int = 4) 
     return batch
 
 
-def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48,
-                  batch: list[Trajectory] | None = None) -> tuple[int, int, float, float]:
-    """One step of the trainer on `batch`, or on a synthetic batch of about `tokens`: (its tokens, its sequences,
-    pi_prox seconds, update seconds)."""
+def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48
+                  ) -> tuple[int, int, float, float]:
+    """One step of the trainer on a synthetic batch of about `tokens`: (its tokens, its sequences, pi_prox seconds,
+    update seconds)."""
+    return train_on(trainer, config, synthetic_batch(tokens, seed, response, config.rollout.group_size))
+
+
+def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> tuple[int, int, float, float]:
+    """One step of the trainer on `batch`: (its tokens, its sequences, pi_prox seconds, update seconds)."""
     from areal_core.rl.algorithms import group_advantages
 
-    if batch is None:
-        batch = synthetic_batch(tokens, seed, response, config.rollout.group_size)
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
@@ -176,8 +180,6 @@ class LengthPinnedEngine:
         self.engine, self.lengths = engine, lengths
 
     async def generate(self, request: GenerateRequest) -> Any:
-        import dataclasses
-
         sampling = request.sampling_params
         length = max(1, self.lengths(request.rid, len(request.input_ids), sampling.max_new_tokens))
         pinned = dataclasses.replace(sampling, max_new_tokens=min(length, sampling.max_new_tokens), ignore_eos=True)
@@ -194,7 +196,6 @@ class _Batches:
     response was), for what the path costs a request beyond."""
 
     def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
-        import dataclasses
 
         from areal_core.tasks import get_task
 
@@ -263,7 +264,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         return 0.0
 
     async def training() -> float:
-        _, _, proximal_s, update_s = await asyncio.to_thread(training_step, trainer, config, 0, 7, batch=run_batch)
+        _, _, proximal_s, update_s = await asyncio.to_thread(train_on, trainer, config, run_batch)
         return proximal_s + update_s
 
     async def alongside(timed: Any, background: Any) -> list[float]:
