@@ -196,7 +196,6 @@ class _Batches:
     response was), for what the path costs a request beyond."""
 
     def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
-
         from areal_core.tasks import get_task
 
         self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
