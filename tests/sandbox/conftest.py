@@ -16,3 +16,12 @@ def pool(docker_engine, sandbox_image):  # noqa: F811 (fixtures imported above)
     config = SandboxConfig(image=sandbox_image, **HOSTILE_LIMITS)
     with open_sandbox(config, client=docker_engine, prewarm=True) as sandbox:
         yield sandbox
+
+
+@pytest.fixture(scope="module")
+def spin_pool(docker_engine, sandbox_image):  # noqa: F811
+    # A wide wall-clock allowance, so that the CPU-time limit is what stops a spinning program even
+    # when the test's neighbours leave it a fraction of a core (the 1.5x of `pool` needs two thirds).
+    config = SandboxConfig(image=sandbox_image, **{**HOSTILE_LIMITS, "wall_factor": 10.0})
+    with open_sandbox(config, client=docker_engine, prewarm=True) as sandbox:
+        yield sandbox

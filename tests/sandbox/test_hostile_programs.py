@@ -42,12 +42,12 @@ def assert_pool_still_judges_honestly(pool, client) -> None:
     assert pool.run(HONEST).passed
 
 
-def test_infinite_loop_times_out(pool, docker_engine):
-    result = run_hostile(pool, "while True:\n    pass\n")
+def test_infinite_loop_times_out(spin_pool, docker_engine):
+    result = run_hostile(spin_pool, "while True:\n    pass\n")
     assert verdicts(result) == {"timeout"}
-    assert result.tests[0].message == f"used more than {pool.config.timeout_s:g}s of CPU time"
-    assert result.tests[0].cpu_s >= pool.config.timeout_s
-    assert_pool_still_judges_honestly(pool, docker_engine)
+    assert result.tests[0].message == f"used more than {spin_pool.config.timeout_s:g}s of CPU time"
+    assert result.tests[0].cpu_s >= spin_pool.config.timeout_s
+    assert_pool_still_judges_honestly(spin_pool, docker_engine)
 
 
 def test_sleep_times_out(pool, docker_engine):
