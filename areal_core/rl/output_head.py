@@ -73,7 +73,49 @@ def hidden_states(model: torch.nn.Module, **inputs: Any) -> tuple[torch.Tensor, 
     if isinstance(head.weight, DTensor):   # FSDP2 keeps the root (embeddings, head) unsharded after its forward
         raise RuntimeError("the output head's weight is sharded after the forward pass (the FSDP root was set to "
                            "reshard after forward?): the log-probs need the gathered weight")
+    if torch.is_grad_enabled() and captured[0].requires_grad:
+        _release_gathered_weights_after_head(model, captured[0], head)
     return captured[0], head
+
+
+def _gathered_root_weights(model: torch.nn.Module, head: torch.nn.Linear) -> list[Any]:
+    """FSDP2's records of the root's gathered (unsharded) weights that no backward pass reads after the head's: the
+    head's own and the input embedding's (a lookup's gradient needs the token ids, not the table). One record when
+    they are tied. [] for a model FSDP2 does not shard."""
+    get_state = getattr(model, "_get_fsdp_state", None)
+    group = getattr(get_state(), "_fsdp_param_group", None) if callable(get_state) else None
+    if group is None:
+        return []
+    weights = {id(head.weight)}
+    embedding = _unwrapped(model).get_input_embeddings()
+    if type(embedding) is torch.nn.Embedding:   # a subclass may do more to its table (scale, LoRA) in backward
+        weights.add(id(embedding.weight))
+    return [record for record in group.fsdp_params if id(getattr(record, "_unsharded_param", None)) in weights]
+
+
+def _release_gathered_weights_after_head(model: torch.nn.Module, hidden: torch.Tensor, head: torch.nn.Linear) -> None:
+    """Free the gathered head (and embedding) weights once the backward pass is past the head.
+
+    FSDP2 keeps the root's parameters gathered until its backward pass ends, and the root's are the embedding and
+    the head, used at both ends of the model. Tied, as in Qwen, that is a whole [V, H] table (545 MB at 0.5B)
+    beside its whole gradient through the entire backward pass, the rank's peak. The head's backward is the last
+    to read it (the embedding's backward reads only the ids), so once the gradient of the hidden states exists
+    its storage goes, as FSDP2's own reshard would free it (the gradient stays for the reduce-scatter; the next
+    forward gathers it again). Several forward passes before one backward: freed after the last head's."""
+    records = _gathered_root_weights(model, head)
+    if not records:
+        return
+    pending = getattr(model, "_areal_heads_pending", 0) + 1
+    object.__setattr__(model, "_areal_heads_pending", pending)
+
+    def release(grad: torch.Tensor) -> None:
+        left = getattr(model, "_areal_heads_pending", 1) - 1
+        object.__setattr__(model, "_areal_heads_pending", left)
+        if left == 0:
+            for record in records:
+                record.free_unsharded_param()
+
+    hidden.register_hook(release)
 
 
 def use_hidden_state_head(model: torch.nn.Module) -> bool:
