@@ -168,10 +168,11 @@ def group_problem(members: list[dict[str, Any]], spec: WorkerSpec, spec_path: st
 class InPlaceReduceScatter:
     """FSDP2's gradient reduce-scatter over gloo, without gloo's copy of the whole input.
 
-    Gloo reduce-scatters by all-reducing a clone of its input, so for the root (the tied embedding and head) a
-    rank held the gathered gradient twice, a 545 MB clone at 0.5B, on top of FSDP's own buffer: the peak of an
-    update. The input here is FSDP's scratch copy of the gradients, never read again, so it is all-reduced in
-    place and this rank's part copied out (the same sum, the same traffic). NCCL reduce-scatters natively."""
+    Gloo reduce-scatters by all-reducing a clone of its input (ProcessGroupGloo::reduce_scatter_tensor_coalesced),
+    so the root's buffer, the tied embedding and head's whole gradient (545 MB at 0.5B), existed twice at the peak
+    of an update. The input here is FSDP's own scratch copy of the gradients, never read again, so it is
+    all-reduced in place and this rank's part copied out: the same sum and traffic without the clone. NCCL
+    reduce-scatters natively (this is used on CPU meshes only)."""
 
     def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)

@@ -101,7 +101,8 @@ def _release_gathered_weights_after_head(model: torch.nn.Module, hidden: torch.T
     beside its whole gradient through the entire backward pass, the rank's peak. The head's backward is the last
     to read it (the embedding's backward reads only the ids), so once the gradient of the hidden states exists
     its storage goes, as FSDP2's own reshard would free it (the gradient stays for the reduce-scatter; the next
-    forward gathers it again). Several forward passes before one backward: freed after the last head's."""
+    forward gathers it again). Several forward passes before one backward: freed after the last head's. This
+    reaches into FSDP2's records (torch 2.13); tests/rl/test_fsdp_memory.py checks that the storage is gone."""
     records = _gathered_root_weights(model, head)
     if not records:
         return
