@@ -19,6 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from areal_core.engine.model import init_model
+from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import LocalTrainer, train_step
+from trainer_support import SETTINGS, TEST_MODEL, TOTAL_STEPS, make_batch
+
 pytestmark = pytest.mark.timeout(300)
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -112,11 +117,6 @@ def test_a_rank_holds_the_tied_table_once_in_the_backward_pass_not_three_times(w
 def test_a_step_leaves_no_gradient_behind(tmp_path):
     """A step's gradients are freed after its last optimizer step: kept, they sat through the next step's pi_prox,
     the weight sync and the checkpoint (at 0.5B, 0.92 GiB of each FSDP rank's 5.3 GiB peak in pi_prox)."""
-    from areal_core.engine.model import init_model
-    from areal_core.rl.config import TrainerConfig
-    from areal_core.rl.trainer import LocalTrainer, train_step
-    from trainer_support import SETTINGS, TEST_MODEL, TOTAL_STEPS, make_batch
-
     model = init_model(tmp_path / "model", seed=0, **TEST_MODEL)
     trainer = LocalTrainer(model, TrainerConfig(**SETTINGS), TOTAL_STEPS)
     metrics = train_step(trainer, make_batch(model, 0), 1.0)
