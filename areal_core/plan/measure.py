@@ -37,6 +37,7 @@ from areal_core.plan.colocation import SharedCosts
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
+from areal_core.rl.memory import setup_objects_frozen
 from areal_core.rl.config import TrainConfig
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import _Z99
@@ -346,13 +347,15 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
             trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=Path(scratch) / "trainer")
             try:
                 ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks, else one
-                training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
-                                                                           Path(scratch))
-                async with RewardService(config.reward) as service:
-                    batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
-                    generation["request_s"], raw["requests"] = await measure_requests(batches, repeats)
-                    shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
-                    rewards = await measure_rewards(config, service)
+                # timed as a run steps: what was set up before its steps out of the collector's full passes
+                with setup_objects_frozen():
+                    training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
+                                                                               Path(scratch))
+                    async with RewardService(config.reward) as service:
+                        batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
+                        generation["request_s"], raw["requests"] = await measure_requests(batches, repeats)
+                        shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
+                        rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "

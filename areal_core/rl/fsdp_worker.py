@@ -58,7 +58,7 @@ from areal_core.rl.checkpoint import (
     write_model_files,
 )
 from areal_core.rl.config import TrainerConfig
-from areal_core.rl.memory import return_freed_memory
+from areal_core.rl.memory import return_freed_memory, setup_objects_frozen
 from areal_core.rl.output_head import uses_hidden_state_head
 from areal_core.rl.trainer import (DataParallel, PPOLearner, PreparedBatch, TrainerError, frozen_model, rng_state,
                                    served_state, trainable_model, trains_differently, with_adapters)
@@ -486,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     if rank.problem is not None:
         return rank.refuse(rank.problem)
     rank.build_learner()
-    return rank.serve()
+    with setup_objects_frozen():   # the model, optimizer and process group: out of the collector's full passes
+        return rank.serve()
 
 
 if __name__ == "__main__":

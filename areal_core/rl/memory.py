@@ -1,8 +1,12 @@
-"""Freed tensor memory given back to the operating system at once (glibc's malloc)."""
+"""Freed tensor memory given back to the operating system at once (glibc's malloc); the objects a run sets up kept
+out of the garbage collector's full passes."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import os
+from typing import Iterator
 
 M_MMAP_THRESHOLD = -3           # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES = 1 << 20
@@ -24,3 +28,18 @@ def return_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+@contextlib.contextmanager
+def setup_objects_frozen() -> Iterator[None]:
+    """Within: the objects alive on entry (the model, tokenizer, engine, trainer, imported modules: hundreds of
+    thousands) sit in the collector's permanent generation (gc.freeze), so its full passes look only at what the
+    steps make. Without it each full pass walks them all: in a run of the embedded model ~0.1 s every ~5 steps, one
+    step in five made ~60% longer (bench/RESULTS.md, "The plan validation's bias"). On exit they go back (gc.unfreeze),
+    so that a process that goes on after the run (a test, a notebook) can collect them."""
+    gc.collect()   # what is garbage already is not frozen
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -29,7 +29,7 @@ from areal_core.files import atomic_directory, atomic_write, directory_bytes
 from areal_core.rewards import RewardService
 from areal_core.rl.algorithms import group_advantages
 from areal_core.rl.config import TrainConfig, check_resume_config
-from areal_core.rl.memory import return_freed_memory
+from areal_core.rl.memory import return_freed_memory, setup_objects_frozen
 from areal_core.rl.model_cache import resolve_model
 from areal_core.rl.report import RunLogger, format_eval, mismatch_summary, plot_rewards, print_summary
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
@@ -85,7 +85,7 @@ class TrainingRun:
         rollout.start()
         clock = now() - self.state["elapsed_seconds"]  # the training clock continues on resume
         stopped_early = False
-        with self.logger.progress:
+        with self.logger.progress, setup_objects_frozen():
             try:
                 for step in range(first_step, config.steps + 1):
                     wait_started = now()
