@@ -7,9 +7,9 @@ plan/engine.py is fitted to their times by least squares (each run: L steps of B
 one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's pi_prox and
 update phases on synthetic batches of long and of short sequences (groups sharing a prompt, as a run's do); costs per
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
-real rollout controller against the same requests on the engine alone. Shared hardware: engine and trainer run on
-this one machine, so a batch through the controller is timed again while the trainer works in a thread, and a
-training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on
+real rollout controller (the median of its repeats) against the same requests on the cost model's engine. Shared
+hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while the
+trainer works in a thread, and a training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on
 the responses' lengths (short ones are mostly per-request work in the interpreter, which the trainer's thread waits
 on; long ones mostly decode steps, which run beside it): with `lengths` (a run's, as `areal plan --lengths` takes
 them) every response of these batches is as long as the workload draws it, else as long as the model writes it.
@@ -227,19 +227,46 @@ class _Batches:
         return time.perf_counter() - started
 
 
-async def measure_requests(batches: _Batches, repeats: int = REPEATS) -> tuple[float, dict[str, Any]]:
+def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajectory]) -> float:
+    """Seconds the cost model's engine (one simulated server, no request cost) takes for these requests sent at once:
+    their prompts, each as long as its response."""
+    from areal_core.plan.clock import run_virtual
+    from areal_core.plan.engine import SimulatedEngine
+
+    async def batch() -> float:
+        engine = SimulatedEngine(1, dataclasses.replace(costs, request_s=0.0)).start()
+        started = asyncio.get_running_loop().time()
+        try:
+            await asyncio.gather(*(engine.generate(GenerateRequest(
+                list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)), ignore_eos=True),
+                rid=f"modelled-{i}")) for i, t in enumerate(trajectories)))
+            return asyncio.get_running_loop().time() - started
+        finally:
+            await engine.close()
+
+    return run_virtual(batch())
+
+
+async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: int = REPEATS
+                           ) -> tuple[float, dict[str, Any]]:
     """Seconds a request costs on the run's rollout path beyond its tokens on the engine (prompt rendering and
-    tokenizing, detokenizing, scoring, the groups and the buffer): (batch through the controller - the same
-    requests on the engine alone) / requests, the smallest of `repeats` of each (after a warm-up batch)."""
+    tokenizing, detokenizing, scoring, the groups and the buffer): (the median batch through the controller - the
+    same requests on the cost model's engine) / requests, after a warm-up batch. The median, as a run's steps average
+    their batches (the fastest of them read 5-10% short); the model's engine, not the real one alone, so that a
+    simulated batch through the controller takes what the measured ones took, whatever the decode model's error at
+    this batch's shape. The engine alone is timed too, for the record (`engine_alone_s`)."""
     await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
-    controller, alone, requests = [], [], 0
+    controller, alone, requests, modelled = [], [], 0, 0.0
     for _ in range(repeats):
         seconds, trajectories = await batches.through_controller()
         controller.append(seconds)
         alone.append(await batches.engine_alone(trajectories))
         requests = len(trajectories)
-    request_s = max(0.0, (min(controller) - min(alone)) / max(1, requests))
-    return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone}
+        # in a thread: the virtual clock's loop cannot run inside this one
+        modelled = await asyncio.to_thread(modelled_engine_seconds, costs, trajectories)
+    request_s = max(0.0, (statistics.median(controller) - modelled) / max(1, requests))
+    return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone,
+                       "engine_modelled_s": modelled}
 
 
 async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
@@ -353,7 +380,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                                                                                Path(scratch))
                     async with RewardService(config.reward) as service:
                         batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
-                        generation["request_s"], raw["requests"] = await measure_requests(batches, repeats)
+                        generation["request_s"], raw["requests"] = await measure_requests(
+                            batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         rewards = await measure_rewards(config, service)
             finally:

@@ -173,3 +173,14 @@ def test_weights_loaded_without_a_pause_wait_for_the_step_in_progress_and_tag_on
 
     loaded_at, output = run_virtual(main())
     assert loaded_at == 3.0 and output.output_versions == [0, 0, 0, 1, 1]
+
+
+def test_the_profile_prices_a_batch_on_the_cost_models_engine_without_its_request_cost():
+    """areal plan profile's request cost is the measured batch through the controller less this: the batch's prompts
+    and response lengths on one simulated server."""
+    from areal_core.plan.measure import modelled_engine_seconds, synthetic_batch
+
+    batch = synthetic_batch(0, seed=0, response=5, group=2)   # 2 requests, prompts of 16, responses of 5
+    assert modelled_engine_seconds(GenerationCosts(step_s=1.0, request_s=7.0), batch) == pytest.approx(5.0)
+    # the prefill of both prompts joins the first step
+    assert modelled_engine_seconds(GenerationCosts(step_s=1.0, prefill_token_s=0.5), batch) == pytest.approx(5 + 16)
