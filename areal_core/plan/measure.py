@@ -9,10 +9,11 @@ update phases on synthetic batches of long and of short sequences (groups sharin
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
 real rollout controller (the median of its repeats) against the same requests on the cost model's engine. Shared
 hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while the
-trainer works in a thread, and a training step on that batch while such batches run (plan/colocation.py). How much they slow each other depends on
-the responses' lengths (short ones are mostly per-request work in the interpreter, which the trainer's thread waits
-on; long ones mostly decode steps, which run beside it): with `lengths` (a run's, as `areal plan --lengths` takes
-them) every response of these batches is as long as the workload draws it, else as long as the model writes it.
+trainer works in a thread, and a training step on that batch while such batches run (plan/colocation.py). How much
+they slow each other depends on the responses' lengths (short ones are mostly per-request work in the interpreter,
+which the trainer's thread waits on; long ones mostly decode steps, which run beside it): with `lengths` (a run's,
+as `areal plan --lengths` takes them) every response of these batches is as long as the workload draws it, else as
+long as the model writes it.
 Rewards: the task's reward on its own samples through the reward service, one request at a time (latency), then all
 at once: requests the service completes per second times the latency is how many it works on at once (`workers` of
 the model).
@@ -37,8 +38,8 @@ from areal_core.plan.colocation import SharedCosts
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
-from areal_core.rl.memory import setup_objects_frozen
 from areal_core.rl.config import TrainConfig
+from areal_core.rl.memory import setup_objects_frozen
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import _Z99
 
@@ -238,8 +239,9 @@ def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajector
         started = asyncio.get_running_loop().time()
         try:
             await asyncio.gather(*(engine.generate(GenerateRequest(
-                list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)), ignore_eos=True),
-                rid=f"modelled-{i}")) for i, t in enumerate(trajectories)))
+                list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)),
+                                                         ignore_eos=True), rid=f"modelled-{i}"))
+                for i, t in enumerate(trajectories)))
             return asyncio.get_running_loop().time() - started
         finally:
             await engine.close()
@@ -256,14 +258,14 @@ async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: i
     simulated batch through the controller takes what the measured ones took, whatever the decode model's error at
     this batch's shape. The engine alone is timed too, for the record (`engine_alone_s`)."""
     await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
-    controller, alone, requests, modelled = [], [], 0, 0.0
+    controller, alone, trajectories = [], [], []
     for _ in range(repeats):
         seconds, trajectories = await batches.through_controller()
         controller.append(seconds)
         alone.append(await batches.engine_alone(trajectories))
-        requests = len(trajectories)
-        # in a thread: the virtual clock's loop cannot run inside this one
-        modelled = await asyncio.to_thread(modelled_engine_seconds, costs, trajectories)
+    requests = len(trajectories)
+    # in a thread: the virtual clock's loop cannot run inside this one
+    modelled = await asyncio.to_thread(modelled_engine_seconds, costs, trajectories)
     request_s = max(0.0, (statistics.median(controller) - modelled) / max(1, requests))
     return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone,
                        "engine_modelled_s": modelled}

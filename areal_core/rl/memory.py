@@ -35,8 +35,8 @@ def setup_objects_frozen() -> Iterator[None]:
     """Within: the objects alive on entry (the model, tokenizer, engine, trainer, imported modules: hundreds of
     thousands) sit in the collector's permanent generation (gc.freeze), so its full passes look only at what the
     steps make. Without it each full pass walks them all: in a run of the embedded model ~0.1 s every ~5 steps, one
-    step in five made ~60% longer (bench/RESULTS.md, "The plan validation's bias"). On exit they go back (gc.unfreeze),
-    so that a process that goes on after the run (a test, a notebook) can collect them."""
+    step in five made ~60% longer (bench/RESULTS.md, "`areal plan` validation: the sync side fixed"). On exit they go
+    back (gc.unfreeze), so that a process that goes on after the run (a test, a notebook) can collect them."""
     gc.collect()   # what is garbage already is not frozen
     gc.freeze()
     try:
