@@ -16,8 +16,12 @@ from typing import Any
 import torch
 
 # Logits per chunk, in elements: each chunk's float32 logits (and in the backward pass their probabilities and
-# gradient) are this size, 64 MB; 110 positions at a 151,936-token vocabulary.
+# gradient) are this size, 64 MB; 110 positions at a 151,936-token vocabulary. On an accelerator every chunk reads the
+# whole [V, H] table, which bounds its time there. A CPU's matmul is bound by its arithmetic even at a few dozen rows,
+# so there chunks are CPU_HEAD_CHUNK_SHARE times smaller: the head's backward, the peak of an FSDP rank's step at 0.5B,
+# holds less for the same time (bench/RESULTS.md, "Real-size rehearsal").
 HEAD_CHUNK_ELEMENTS = 1 << 24
+CPU_HEAD_CHUNK_SHARE = 2
 
 _FLAG = "_areal_hidden_state_head"
 
@@ -148,8 +152,9 @@ def uses_hidden_state_head(model: torch.nn.Module) -> bool:
     return bool(getattr(model, _FLAG, False))
 
 
-def _chunks(positions: int, vocab: int) -> list[tuple[int, int]]:
-    size = max(1, HEAD_CHUNK_ELEMENTS // max(vocab, 1))
+def _chunks(positions: int, vocab: int, device: torch.device) -> list[tuple[int, int]]:
+    elements = HEAD_CHUNK_ELEMENTS // (CPU_HEAD_CHUNK_SHARE if device.type == "cpu" else 1)
+    size = max(1, elements // max(vocab, 1))
     return [(start, min(start + size, positions)) for start in range(0, positions, size)]
 
 
@@ -167,7 +172,7 @@ class _HeadLogprobs(torch.autograd.Function):
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 positions: torch.Tensor, tokens: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         ctx.set_materialize_grads(False)   # an entropy nobody differentiates stays None: no work for it
-        chunks = _chunks(hidden.shape[0], weight.shape[0])
+        chunks = _chunks(hidden.shape[0], weight.shape[0], hidden.device)
         starts = torch.tensor([start for start, _ in chunks] + [hidden.shape[0]], device=positions.device)
         bounds = torch.searchsorted(positions, starts).tolist()   # chunk c's picks: bounds[c]:bounds[c + 1]
         normaliser = hidden.new_empty(hidden.shape[0], dtype=torch.float32)

@@ -24,7 +24,8 @@ def whole_logprobs(hidden, head, temperature, index):
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 @pytest.mark.parametrize("bias", [False, True])
 def test_values_and_gradients_equal_one_log_softmax_over_the_whole_logits(temperature, bias, monkeypatch):
-    monkeypatch.setattr(output_head, "HEAD_CHUNK_ELEMENTS", 64 * 40)   # chunks of 64 positions, the last one short
+    # chunks of 64 positions on a CPU, the last one short
+    monkeypatch.setattr(output_head, "HEAD_CHUNK_ELEMENTS", output_head.CPU_HEAD_CHUNK_SHARE * 64 * 40)
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(3, 150, 16, generator=generator, requires_grad=True)
     head = torch.nn.Linear(16, 40, bias=bias)
@@ -59,6 +60,14 @@ def test_values_and_gradients_equal_one_log_softmax_over_the_whole_logits(temper
         want = torch.autograd.grad((weights * whole_logprobs(hidden, head, temperature, index)[0]).sum(), params)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=0, atol=2e-5)
+
+
+def test_a_cpu_takes_smaller_chunks_of_logits_than_an_accelerator():
+    """Qwen's vocabulary: 55 positions a chunk on a CPU (32 MB of logits), 110 on an accelerator (64 MB)."""
+    on_cpu = output_head._chunks(300, 151_936, torch.device("cpu"))
+    on_gpu = output_head._chunks(300, 151_936, torch.device("cuda", 0))   # a device name: no GPU is needed
+    assert [end - start for start, end in on_cpu] == [55] * 5 + [25]
+    assert [end - start for start, end in on_gpu] == [110, 110, 80]
 
 
 def test_a_bfloat16_heads_gradient_is_formed_in_float32_and_rounded_once():
