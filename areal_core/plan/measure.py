@@ -222,10 +222,15 @@ class _Batches:
 
     async def engine_alone(self, trajectories: list[Trajectory]) -> float:
         started = time.perf_counter()
-        await asyncio.gather(*(self.engine.generate(GenerateRequest(
-            list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)), ignore_eos=True),
-            rid=f"alone-{t.trajectory_id}-{random.random()}")) for t in trajectories))
+        await asyncio.gather(*(self.engine.generate(r) for r in replayed_requests(trajectories, "alone")))
         return time.perf_counter() - started
+
+
+def replayed_requests(trajectories: list[Trajectory], tag: str) -> list[GenerateRequest]:
+    """The requests behind these trajectories: each one's prompt tokens, as long as its response (EOS ignored)."""
+    return [GenerateRequest(list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)),
+                                                                     ignore_eos=True),
+                            rid=f"{tag}-{t.trajectory_id}-{random.random()}") for t in trajectories]
 
 
 def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajectory]) -> float:
@@ -238,10 +243,7 @@ def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajector
         engine = SimulatedEngine(1, dataclasses.replace(costs, request_s=0.0)).start()
         started = asyncio.get_running_loop().time()
         try:
-            await asyncio.gather(*(engine.generate(GenerateRequest(
-                list(t.prompt_token_ids), SamplingParams(max_new_tokens=max(1, len(t.output_token_ids)),
-                                                         ignore_eos=True), rid=f"modelled-{i}"))
-                for i, t in enumerate(trajectories)))
+            await asyncio.gather(*(engine.generate(r) for r in replayed_requests(trajectories, "modelled")))
             return asyncio.get_running_loop().time() - started
         finally:
             await engine.close()
