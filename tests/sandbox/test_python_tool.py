@@ -101,7 +101,10 @@ def test_an_episode_whose_tool_calls_are_hostile_goes_on_to_its_next_turns(pytho
 
     _, options = python_tool
     (tmp_path / "d.jsonl").write_text(json.dumps({"id": "a", "question": "1+1=", "reference": "2"}) + "\n")
-    script = ["tool:python:while True: pass", "tool:python:import os\nos.fork()\nwhile True: os.fork()",
+    # The fork bomb swallows its fork errors, so only a limit ends it: one that lets fork() raise can instead exit
+    # with its own traceback (a result, not an error) when it meets the pids limit before the CPU limit.
+    script = ["tool:python:while True: pass",
+              "tool:python:import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
               "tool:python:print(6*7)"]
     spec = task_spec_from_dict({"name": "t", "dataset": {"path": "d.jsonl"}, "prompt": {"template": "{{ question }}"},
                                 "reward": {"name": "arithmetic"},
