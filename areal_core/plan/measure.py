@@ -40,6 +40,7 @@ from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
 from areal_core.rl.config import TrainConfig
 from areal_core.rl.memory import setup_objects_frozen
+from areal_core.rl.rollout import Group, is_uniform
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import _Z99
 
@@ -200,12 +201,12 @@ class _Batches:
     def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
         from areal_core.tasks import get_task
 
-        self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
+        self.engine, self.tokenizer, self.rewards, self.config, self.lengths = engine, tokenizer, rewards, config, lengths
         self.rollout_engine = engine if lengths is None else LengthPinnedEngine(engine, lengths)
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
 
-    async def through_controller(self) -> tuple[float, list[Trajectory]]:
+    async def through_controller(self) -> tuple[float, list[Group]]:
         from areal_core.rl.rollout import RolloutController
 
         # the first batch each time: at policy version 0 and max staleness 0 the controller admits that one only
@@ -218,7 +219,7 @@ class _Batches:
             seconds = time.perf_counter() - started
         finally:
             await controller.stop()
-        return seconds, [t for g in groups for t in g.trajectories]
+        return seconds, groups
 
     async def engine_alone(self, trajectories: list[Trajectory]) -> float:
         started = time.perf_counter()
@@ -251,26 +252,48 @@ def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajector
     return run_virtual(batch())
 
 
-async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: int = REPEATS
-                           ) -> tuple[float, dict[str, Any]]:
-    """Seconds a request costs on the run's rollout path beyond its tokens on the engine (prompt rendering and
-    tokenizing, detokenizing, scoring, the groups and the buffer): (the median batch through the controller - the
-    same requests on the cost model's engine) / requests, after a warm-up batch. The median, as a run's steps average
-    their batches (the fastest of them read 5-10% short); the model's engine, not the real one alone, so that a
-    simulated batch through the controller takes what the measured ones took, whatever the decode model's error at
-    this batch's shape. The engine alone is timed too, for the record (`engine_alone_s`)."""
+async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: int = REPEATS) -> dict[str, Any]:
+    """Batches through the run's rollout path (after a warm-up batch), the same requests on the engine alone (for the
+    record) and on the cost model's engine: what `request_cost` takes."""
     await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
     controller, alone, trajectories = [], [], []
     for _ in range(repeats):
-        seconds, trajectories = await batches.through_controller()
+        seconds, groups = await batches.through_controller()
+        trajectories = [t for g in groups for t in g.trajectories]
         controller.append(seconds)
         alone.append(await batches.engine_alone(trajectories))
     requests = len(trajectories)
     # in a thread: the virtual clock's loop cannot run inside this one
     modelled = await asyncio.to_thread(modelled_engine_seconds, costs, trajectories)
-    request_s = max(0.0, (statistics.median(controller) - modelled) / max(1, requests))
-    return request_s, {"requests": requests, "controller_s": controller, "engine_alone_s": alone,
-                       "engine_modelled_s": modelled}
+    return {"requests": requests, "controller_s": controller, "engine_alone_s": alone, "engine_modelled_s": modelled}
+
+
+def request_cost(timings: dict[str, Any], more_batches: list[float]) -> float:
+    """Seconds a request costs on the run's rollout path beyond its tokens on the engine (prompt rendering and
+    tokenizing, detokenizing, scoring, the groups and the buffer): (the median batch through the controller - the
+    same requests on the cost model's engine) / requests. The median, as a run's steps average their batches (the
+    fastest of them read 5-10% short), of every batch timed alone through the controller (`more_batches`: the
+    sharing measurement's, the same requests), as the same batch timed a minute apart read up to 20% apart; the
+    model's engine, not the real one alone, so that a simulated batch through the controller takes what the measured
+    ones took, whatever the decode model's error at this batch's shape."""
+    batches = [*timings["controller_s"], *more_batches]
+    return max(0.0, (statistics.median(batches) - timings["engine_modelled_s"]) / max(1, timings["requests"]))
+
+
+def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None) -> list[Trajectory]:
+    """What the step loop trains on of this batch (TrainingRun.trajectories): groups that all scored alike carry no
+    gradient and are skipped (rollout.skip_uniform_groups, no KL term), which at a low or high reward rate is most of
+    the batch. With a run's workload its share of mixed groups (that run's rewards, not this model's: the first groups
+    of the batch, as many as the share says); else this batch's own mixed groups. All of it when none is mixed."""
+    if not config.rollout.skip_uniform_groups or config.trainer.kl_coef != 0:
+        kept = groups
+    elif getattr(lengths, "rewards", None):
+        rate, uniform, size = lengths.rewards["correct_rate"], lengths.rewards["uniform_groups"], config.rollout.group_size
+        mixed = (1 - uniform) * (1 - rate ** size - (1 - rate) ** size)
+        kept = groups[:round(len(groups) * mixed)]
+    else:
+        kept = [g for g in groups if not is_uniform(g)]
+    return [t for g in kept or groups for t in g.trajectories]
 
 
 async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
@@ -278,16 +301,19 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     """How much generation and training slow each other on this machine: a batch of the run through its rollout
     path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
     step alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
-    ratios of the medians (>= 1). The training steps train on a batch the rollout path made, so that they have the
-    run's shape (how many sequences, how long): per-sequence work holds the interpreter lock longer than the
-    per-token work of long sequences, and the local engine runs in the trainer's process."""
+    ratios of the medians (>= 1). Alone and shared are timed in turn, so that the machine's drift over the minute
+    falls on both. The training steps train on what the run would train of a batch the rollout path made
+    (`trained_share`), so that they have the run's shape (how many sequences, how long): per-sequence work holds the
+    interpreter lock longer than the per-token work of long sequences, and the local engine runs in the trainer's
+    process; training on the whole batch where the run trains on its mixed groups measured generation 10% less
+    slowed."""
     in_flight = max(1, config.rollout.max_staleness + 1)
     run_batch: list[Trajectory] = []
 
     async def generation() -> float:
-        seconds, trajectories = await batches.through_controller()
+        seconds, groups = await batches.through_controller()
         if not run_batch:   # the training steps train on the first batch, alone and shared alike
-            run_batch.extend(trajectories)
+            run_batch.extend(trained_share(groups, config, batches.lengths))
         return seconds
 
     async def generation_as_run() -> float:
@@ -298,7 +324,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         _, _, proximal_s, update_s = await asyncio.to_thread(train_on, trainer, config, run_batch)
         return proximal_s + update_s
 
-    async def alongside(timed: Any, background: Any) -> list[float]:
+    async def alongside(timed: Any, background: Any) -> float:
         stop = asyncio.Event()
 
         async def busy() -> None:
@@ -308,15 +334,17 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         other = asyncio.create_task(busy())
         try:
             await asyncio.sleep(0.05)   # the other phase is under way
-            return [await timed() for _ in range(repeats)]
+            return await timed()
         finally:
             stop.set()
             await other   # its work in progress ends (a thread cannot be cancelled)
 
-    alone_g = [await generation() for _ in range(repeats)]
-    alone_t = [await training() for _ in range(repeats)]
-    shared_g = await alongside(generation, training)
-    shared_t = await alongside(training, generation_as_run)
+    alone_g, shared_g, alone_t, shared_t = [], [], [], []
+    for _ in range(repeats):
+        alone_g.append(await generation())
+        shared_g.append(await alongside(generation, training))
+        alone_t.append(await training())
+        shared_t.append(await alongside(training, generation_as_run))
     slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
                  "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
@@ -384,9 +412,9 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                                                                                Path(scratch))
                     async with RewardService(config.reward) as service:
                         batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
-                        generation["request_s"], raw["requests"] = await measure_requests(
-                            batches, GenerationCosts(**generation), repeats)
+                        raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
+                        generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
                         rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()

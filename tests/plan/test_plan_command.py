@@ -2,6 +2,7 @@
 scenario simulated, a table, plan.json and plan.png out; a bad profile is an error naming the cost and the file."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -89,6 +90,37 @@ def test_the_decode_model_fitted_to_timings_it_made_recovers_its_costs_and_never
     assert refit["sequence_s"] == 0 and refit["step_s"] > 0
 
 
+def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_batch():
+    from types import SimpleNamespace
+
+    from areal_core.plan.measure import trained_share
+    from areal_core.rl.config import TrainConfig
+    from areal_core.rl.rollout import Group
+    from areal_core.types import RewardResult, Trajectory
+
+    def group(number: int, scores: list[float]) -> Group:
+        return Group(f"g{number}", str(number), [Trajectory(
+            trajectory_id=f"g{number}.{i}", task="t", sample_id=str(number), group_id=f"g{number}",
+            prompt_token_ids=[1, 2], output_token_ids=[3], output_logprobs=[-1.0], output_versions=[0], response="",
+            finish_reason="stop", reward=RewardResult(score=score)) for i, score in enumerate(scores)])
+
+    groups = [group(0, [1, 1]), group(1, [0, 1]), group(2, [0, 0]), group(3, [1, 0])]
+    ids = lambda trajectories: sorted({t.group_id for t in trajectories})   # noqa: E731
+    config = TrainConfig()
+    # as the step loop: the groups that scored alike are skipped
+    assert ids(trained_share(groups, config)) == ["g1", "g3"]
+    # a run's workload sets the share: correct rate 0.5, groups of 2, a third alike whatever their size
+    config = TrainConfig(rollout=dataclasses.replace(config.rollout, group_size=2))
+    workload = SimpleNamespace(rewards={"correct_rate": 0.5, "uniform_groups": 1 / 3})   # mixed: 2/3 * 1/2 of them
+    assert ids(trained_share(groups * 3, config, workload)) == ids(groups[:4])
+    assert len(trained_share(groups * 3, config, workload)) == 2 * 4
+    # all of it when nothing is mixed, without the skip, or with a KL term (the loop trains on alike groups then)
+    assert len(trained_share([groups[0], groups[2]], config)) == 4
+    assert len(trained_share(groups, TrainConfig(rollout=dataclasses.replace(config.rollout,
+                                                                            skip_uniform_groups=False)))) == 8
+    assert len(trained_share(groups, TrainConfig(trainer=dataclasses.replace(config.trainer, kl_coef=0.1)))) == 8
+
+
 def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profile(areal, tmp_path):
     # the batches through the rollout path on a planned run's lengths (a file of lengths, as areal plan takes it)
     (tmp_path / "lengths.json").write_text(json.dumps([3, 3, 3]))
@@ -111,8 +143,9 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     # the rollout path (controller, workflow, rewards) timed against the engine alone with the same requests
     assert timings["requests"]["requests"] > 0 and generation.request_s >= 0
     assert all(c > 0 for c in timings["requests"]["controller_s"] + timings["requests"]["engine_alone_s"])
-    # calibrated so that a simulated batch through the controller takes what the measured ones took (their median)
-    measured = statistics.median(timings["requests"]["controller_s"])
+    # calibrated so that a simulated batch through the controller takes what the measured ones took (the median of
+    # every batch timed alone through it, the sharing measurement's too)
+    measured = statistics.median(timings["requests"]["controller_s"] + timings["shared"]["generation_alone_s"])
     modelled = timings["requests"]["engine_modelled_s"]
     assert modelled > 0 and (generation.request_s == 0 and modelled >= measured or generation.request_s
                              == pytest.approx((measured - modelled) / timings["requests"]["requests"]))
