@@ -7,9 +7,10 @@ plan/engine.py is fitted to their times by least squares (each run: L steps of B
 one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's pi_prox and
 update phases on synthetic batches of long and of short sequences (groups sharing a prompt, as a run's do); costs per
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
-real rollout controller (the median of its repeats) against the same requests on the cost model's engine. Shared
-hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while the
-trainer works in a thread, and a training step on that batch while such batches run (plan/colocation.py). How much
+real rollout controller (the median of every one timed alone) against the same requests on the cost model's engine.
+Shared hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while
+the trainer works in a thread, and a training step on what the run would train of that batch while such batches run
+(plan/colocation.py). How much
 they slow each other depends on the responses' lengths (short ones are mostly per-request work in the interpreter,
 which the trainer's thread waits on; long ones mostly decode steps, which run beside it): with `lengths` (a run's,
 as `areal plan --lengths` takes them) every response of these batches is as long as the workload draws it, else as
@@ -201,7 +202,8 @@ class _Batches:
     def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
         from areal_core.tasks import get_task
 
-        self.engine, self.tokenizer, self.rewards, self.config, self.lengths = engine, tokenizer, rewards, config, lengths
+        self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
+        self.lengths = lengths
         self.rollout_engine = engine if lengths is None else LengthPinnedEngine(engine, lengths)
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
@@ -288,7 +290,8 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     if not config.rollout.skip_uniform_groups or config.trainer.kl_coef != 0:
         kept = groups
     elif getattr(lengths, "rewards", None):
-        rate, uniform, size = lengths.rewards["correct_rate"], lengths.rewards["uniform_groups"], config.rollout.group_size
+        rate, uniform = lengths.rewards["correct_rate"], lengths.rewards["uniform_groups"]
+        size = config.rollout.group_size
         mixed = (1 - uniform) * (1 - rate ** size - (1 - rate) ** size)
         kept = groups[:round(len(groups) * mixed)]
     else:
@@ -305,8 +308,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     falls on both. The training steps train on what the run would train of a batch the rollout path made
     (`trained_share`), so that they have the run's shape (how many sequences, how long): per-sequence work holds the
     interpreter lock longer than the per-token work of long sequences, and the local engine runs in the trainer's
-    process; training on the whole batch where the run trains on its mixed groups measured generation 10% less
-    slowed."""
+    process (trained on the whole batch where the run trains on its mixed groups, generation read less slowed)."""
     in_flight = max(1, config.rollout.max_staleness + 1)
     run_batch: list[Trajectory] = []
 
