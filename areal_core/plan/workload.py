@@ -151,6 +151,7 @@ class Workload:
     seed: int = 0
     rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
     prompt_share: float = 0.0                     # an empirical one's: how alike one prompt's answers run
+    trained_share: float | None = None            # a run's: the share of its responses its step loop trained on
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -348,7 +349,8 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
         raise ConfigError(f"lengths {metrics}: no step logs response_length_hist or response_length_quantiles (a run "
                           f"made before they were logged, or no step ended); expected {SOURCES}")
     return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
-                    rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics))
+                    rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics),
+                    trained_share=run_trained_share(metrics))
 
 
 def run_prompt_share(metrics: Path) -> float:
@@ -359,6 +361,17 @@ def run_prompt_share(metrics: Path) -> float:
              and isinstance(row.get("responses", 1), (int, float))]
     weight = sum(w for w, _ in steps)
     return min(1.0, max(0.0, sum(w * v for w, v in steps) / weight)) if weight > 0 else 0.0
+
+
+def run_trained_share(metrics: Path) -> float | None:
+    """The share of a run's responses its step loop trained on (trained_sequences / responses over its steps: groups
+    that all scored alike are skipped, all of a batch is trained when none is mixed); None for a run that does not
+    log it."""
+    steps = [(row["responses"], row["trained_sequences"]) for _, row in _rows(metrics)
+             if isinstance(row, dict) and isinstance(row.get("responses"), (int, float)) and row["responses"] > 0
+             and isinstance(row.get("trained_sequences"), (int, float))]
+    responses = sum(r for r, _ in steps)
+    return min(1.0, max(0.0, sum(t for _, t in steps) / responses)) if responses > 0 else None
 
 
 def run_rewards(metrics: Path) -> dict[str, float] | None:

@@ -229,6 +229,10 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rewards = load_workload(run_dir).rewards
     assert rewards["correct_rate"] == pytest.approx(sum(s["reward_mean"] for s in steps) / len(steps))
+    # what its step loop trained on, for a profile's training steps beside generation
+    trained = load_workload(run_dir).trained_share
+    assert 0 < trained <= 1 and trained == pytest.approx(sum(s["trained_sequences"] for s in steps)
+                                                  / sum(s["responses"] for s in steps))
     # drawn as the simulated reward model draws them, groups of the run's size (4) are mixed as often as the run's
     costs = RewardCosts(**rewards)
     groups = [{costs.draw(f"p{g}.{i}")[1] for i in range(4)} for g in range(4000)]
@@ -248,6 +252,7 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     bare.mkdir()
     (bare / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
     assert load_workload(bare).rewards is None
+    assert load_workload(bare).trained_share == trained   # logged by every step, no config needed
 
 
 def test_the_share_of_length_variance_a_prompt_decides_is_measured_by_the_intraclass_correlation():
