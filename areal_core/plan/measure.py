@@ -276,9 +276,8 @@ def request_cost(timings: dict[str, Any], more_batches: list[float]) -> float:
     same requests on the cost model's engine) / requests. The median, as a run's steps average their batches (the
     fastest of them read 5-10% short), of every batch timed alone through the controller (`more_batches`: the
     sharing measurement's, the same prompts and, with `lengths`, the same response lengths), as the same batch timed
-    a minute apart read up to 20% apart; the
-    model's engine, not the real one alone, so that a simulated batch through the controller takes what the measured
-    ones took, whatever the decode model's error at this batch's shape."""
+    a minute apart read up to 20% apart; the model's engine, not the real one alone, so that a simulated batch through
+    the controller takes what the measured ones took, whatever the decode model's error at this batch's shape."""
     batches = [*timings["controller_s"], *more_batches]
     return max(0.0, (statistics.median(batches) - timings["engine_modelled_s"]) / max(1, timings["requests"]))
 
