@@ -10,11 +10,10 @@ token, per sequence and per optimizer step fitted by non-negative least squares.
 real rollout controller (the median of every one timed alone) against the same requests on the cost model's engine.
 Shared hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while
 the trainer works in a thread, and a training step on what the run would train of that batch while such batches run
-(plan/colocation.py). How much
-they slow each other depends on the responses' lengths (short ones are mostly per-request work in the interpreter,
-which the trainer's thread waits on; long ones mostly decode steps, which run beside it): with `lengths` (a run's,
-as `areal plan --lengths` takes them) every response of these batches is as long as the workload draws it, else as
-long as the model writes it.
+(plan/colocation.py). How much they slow each other depends on the responses' lengths (short ones are mostly
+per-request work in the interpreter, which the trainer's thread waits on; long ones mostly decode steps, which run
+beside it): with `lengths` (a run's, as `areal plan --lengths` takes them) every response of these batches is as long
+as the workload draws it, else as long as the model writes it.
 Rewards: the task's reward on its own samples through the reward service, one request at a time (latency), then all
 at once: requests the service completes per second times the latency is how many it works on at once (`workers` of
 the model).
@@ -41,7 +40,7 @@ from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
 from areal_core.rl.config import TrainConfig
 from areal_core.rl.memory import setup_objects_frozen
-from areal_core.rl.rollout import Group, is_uniform
+from areal_core.rl.rollout import Group, trained_groups
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import _Z99
 
@@ -288,12 +287,11 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     the batch. With a run's workload (a run directory) the share of its responses that run trained on (its rewards,
     not this model's: the first groups of the batch, at least one); else this batch's own mixed groups, all of it
     when none is mixed (as the step loop does)."""
-    if not config.rollout.skip_uniform_groups or config.trainer.kl_coef != 0:
-        kept = groups
-    elif getattr(lengths, "trained_share", None) is not None:
+    skip = config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0
+    if skip and getattr(lengths, "trained_share", None) is not None:
         kept = groups[:max(1, round(len(groups) * lengths.trained_share))]
     else:
-        kept = [g for g in groups if not is_uniform(g)] or groups
+        kept = trained_groups(groups, skip)
     return [t for g in kept for t in g.trajectories]
 
 

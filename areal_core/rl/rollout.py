@@ -346,6 +346,13 @@ def is_uniform(group: Group) -> bool:
     return len({t.reward.score for t in group.trajectories}) <= 1
 
 
+def trained_groups(groups: Sequence[Group], skip_uniform: bool) -> list[Group]:
+    """The groups a step trains on: with skip_uniform (rollout.skip_uniform_groups and no KL term) those with a
+    learning signal, unless none has one; else all of them."""
+    informative = [g for g in groups if not is_uniform(g)] if skip_uniform else []
+    return informative or list(groups)
+
+
 def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dict[int, int]:
     """How many versions behind the trainer each trajectory's oldest token is."""
     counts = Counter(version - min(t.policy_versions) if t.policy_versions else 0 for t in trajectories)

@@ -33,7 +33,7 @@ from areal_core.rl.memory import return_freed_memory, setup_objects_frozen
 from areal_core.rl.model_cache import resolve_model
 from areal_core.rl.report import RunLogger, format_eval, mismatch_summary, plot_rewards, print_summary
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
-from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram
+from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram, trained_groups
 from areal_core.rl.trainer import TrainerBackend, create_trainer
 from areal_core.rl.warmup import warmed_up
 from areal_core.rl.weight_updates import WeightStreamer
@@ -131,10 +131,8 @@ class TrainingRun:
                 last = (f"every response dropped, most often for: {reasons[0][0]} ({reasons[0][1]}x)" if reasons
                         else "every response dropped, see dropped_responses")
             raise RuntimeError(f"every rollout of batch {step} failed (last: {last}); see the engine and reward logs")
-        informative = [g for g in groups if not is_uniform(g)]
-        if self.config.rollout.skip_uniform_groups and informative and self.config.trainer.kl_coef == 0:
-            return batch, [t for g in informative for t in g.trajectories]
-        return batch, batch
+        skip = self.config.rollout.skip_uniform_groups and self.config.trainer.kl_coef == 0
+        return batch, [t for g in trained_groups(groups, skip) for t in g.trajectories]
 
     async def sync_weights(self, step: int | None = None) -> tuple[float, dict[str, Any]]:
         """Move every engine to the trainer's weights (engine.weight_sync), and keep them as policies/stepN when
