@@ -11,7 +11,9 @@ running request and takes
 Requests wait while the server runs `max_running` of them or their context would not fit the KV cache
 (`kv_tokens`); a step that would overflow it retracts the newest request (its cache dropped, recomputed when it
 runs again). A pause lets the step in progress end; "retract" drops every cache, "in_place" keeps them, "abort"
-ends every request. Loading new weights takes `weight_load_s`; each token carries the version it was made under.
+ends every request. Loading new weights takes `weight_load_s` (from a disk), or `stream_byte_s` a byte when the trainer
+broadcasts them over a process group (engine.weight_sync = distributed | delta); each token carries the version it
+was made under.
 A response is as long as `lengths` draws for it (at most max_new_tokens), exactly max_new_tokens with ignore_eos.
 The steps between two events (a request arrives or ends, the cache fills, a pause) are computed at once.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from areal_core.engine.protocol import EngineError, GenerateOutput, GenerateRequest, PauseMode, validate_request
+from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.colocation import SharedHardware
 
 LengthModel = Callable[[str, int, int], int]   # (request id, prompt tokens, max_new_tokens) -> response tokens
@@ -47,9 +50,11 @@ class GenerationCosts:
     kv_tokens: int = 1 << 20
     max_running: int = 256
     weight_load_s: float = 0.0
+    stream_byte_s: float = 0.0      # a byte of weights broadcast over the weight group to every server, and loaded
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "sequence_s", "context_token_s", "prefill_token_s", "request_s", "weight_load_s"):
+        for name in ("step_s", "sequence_s", "context_token_s", "prefill_token_s", "request_s", "weight_load_s",
+                     "stream_byte_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"generation cost {name} must be >= 0, got {getattr(self, name)}")
         if self.step_s + self.sequence_s + self.context_token_s <= 0:
@@ -172,12 +177,16 @@ class SimulatedServer:
         self._wake.set()
 
     async def update_weights(self, version: int) -> None:
-        if self._stepping:   # tokens of the steps so far were made with the old weights
+        await self.end_steps()
+        await asyncio.sleep(self.costs.weight_load_s)
+        self.version = version
+
+    async def end_steps(self) -> None:
+        """The steps in progress end: tokens of the steps so far were made with the old weights."""
+        if self._stepping:
             self._step_done.clear()
             self._event.set()
             await self._step_done.wait()
-        await asyncio.sleep(self.costs.weight_load_s)
-        self.version = version
 
     def speed_changed(self) -> None:
         """The hardware's speed changed (the trainer began or ended): steps planned in bulk end at the step in
@@ -412,6 +421,32 @@ class SimulatedEngine:
     async def update_weights(self, path: str, version: int) -> None:
         await asyncio.gather(*(server.update_weights(version) for server in self.servers))
         self.version = version
+
+    # -- WeightGroupEngine (engine/protocol.py): one rank per server; a bucket reaches them all at once, in
+    # bytes x stream_byte_s (a broadcast), and the last one moves them to the new version
+    async def weight_group_ranks(self) -> int:
+        return len(self.servers)
+
+    async def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                group_name: str, backend: str, timeout: float) -> None:
+        pass
+
+    async def begin_weight_update(self) -> None:
+        await asyncio.gather(*(server.end_steps() for server in self.servers))
+
+    async def update_weights_from_distributed(self, bucket: Bucket, version: int | None, group_name: str,
+                                              flush_cache: bool = True) -> None:
+        await asyncio.sleep(bucket.nbytes * self.servers[0].costs.stream_byte_s)
+        if version is not None:
+            for server in self.servers:
+                server.version = version
+            self.version = version
+
+    async def end_weight_update(self) -> None:
+        pass
+
+    async def destroy_weight_group(self, group_name: str) -> None:
+        pass
 
     async def health(self) -> bool:
         return True

@@ -4,7 +4,9 @@ a run's config, each started as `areal train` starts it (the embedded model, the
 The process is set up as `areal train` sets up its own (engine.torch_threads). Generation: batches of B requests
 (prompt P tokens, L new tokens, EOS ignored; B up to the run's concurrency) on one engine; the decode-step model of
 plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing context,
-one prefill of B * P tokens). Weight load: the engine loads a weights directory. Training: the trainer's pi_prox and
+one prefill of B * P tokens). Weight load: the engine loads a weights directory; with engine.weight_sync = distributed |
+delta, the run's weight streamer also sends the trainer's weights to the engine (seconds a byte, the bytes of a whole
+update and of a delta). Training: the trainer's pi_prox and
 update phases on synthetic batches of long and of short sequences (groups sharing a prompt, as a run's do); costs per
 token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
 real rollout controller (the median of every one timed alone) against the same requests on the cost model's engine.
@@ -108,6 +110,29 @@ async def _time_generation(engine: Any, model_dir: Path, config: TrainConfig) ->
     fitted = fit_generation(samples)
     return {**fitted, "weight_load_s": weight_load_s, "max_running": engine_config.max_running_requests}, {
         "samples": [{"requests": b, "prompt": p, "new_tokens": n, "seconds": s} for b, p, n, s in samples]}
+
+
+async def measure_stream(trainer: Any, engine: Any, config: TrainConfig, updates: int = 2
+                         ) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """What streaming the weights costs (engine.weight_sync = distributed | delta): whole updates through the
+    run's own WeightStreamer (a process group to the servers, or in memory to an engine in this process), the
+    fastest of `updates` per byte; and the bytes a delta update sends (the parameters the optimizer changes).
+    (generation costs, training costs, raw timings)."""
+    from areal_core.rl.weight_updates import WeightStreamer
+
+    streamer = WeightStreamer(trainer, engine, dataclasses.replace(config.engine, weight_sync="distributed"),
+                              config.trainer.device)
+    timings: list[dict[str, Any]] = []
+    try:
+        for version in range(1, updates + 1):
+            timings.append((await streamer.update(version))[1])
+    finally:
+        await streamer.close()
+    fastest = min(timings, key=lambda t: t["weight_sync_seconds"])
+    buckets = await asyncio.to_thread(trainer.stage_weights, streamer.cap_bytes, True)
+    return ({"stream_byte_s": fastest["weight_sync_seconds"] / fastest["weight_sync_bytes"]},
+            {"weight_bytes": fastest["weight_sync_bytes"], "trainable_bytes": sum(b.nbytes for b in buckets)},
+            {"updates": timings})
 
 
 def synthetic_batch(tokens: int, seed: int, response: int = 48, group: int = 4) -> list[Trajectory]:
@@ -405,10 +430,17 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
             trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=Path(scratch) / "trainer")
             try:
                 ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks, else one
+                streamed_generation: dict[str, float] = {}
+                streamed_training: dict[str, float] = {}
+                if config.engine.weight_sync != "disk":   # the run streams its weights: what that costs
+                    streamed_generation, streamed_training, raw["stream"] = await measure_stream(trainer, engine,
+                                                                                               config)
                 # timed as a run steps: what was set up before its steps out of the collector's full passes
                 with setup_objects_frozen():
                     training, raw["training_samples"] = await asyncio.to_thread(measure_training, trainer, config,
                                                                                Path(scratch))
+                    generation.update(streamed_generation)
+                    training.update(streamed_training)
                     async with RewardService(config.reward) as service:
                         batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)

@@ -157,7 +157,8 @@ ASSUMPTIONS = [
     "generation and training slow each other only in a profile with shared costs (one machine for both), by "
     "constant factors while both work",
     "every generation server is alike and requests go to the one with the fewest in flight",
-    "weights reach every server in weight_load_s, whatever the cluster's size",
+    "weights reach every server in weight_load_s (from a disk) or, streamed, in stream_byte_s a byte (a broadcast), "
+    "whatever the cluster's size",
     "response lengths: the workload's (--lengths), drawn per request, the same in every scenario, cut at "
     "rollout.max_new_tokens; without one, the sampled_lengths workflow's, else every response is "
     "rollout.max_new_tokens long",

@@ -37,14 +37,17 @@ class ClusterCosts:
     shared: SharedCosts | None = None    # generation and training on the same hardware (plan/colocation.py)
 
 
-def simulation_config(config: TrainConfig) -> TrainConfig:
-    """The run's config as a simulation runs it: weights through the (simulated) disk, no evals, no store, no
-    TensorBoard; a config naming servers, another weight sync or an eval task is refused rather than ignored."""
+def simulation_config(config: TrainConfig, costs: ClusterCosts | None = None) -> TrainConfig:
+    """The run's config as a simulation runs it: no evals, no store, no TensorBoard; a config naming servers, or
+    streaming weights (engine.weight_sync = distributed | delta) with `costs` that say nothing of what a stream
+    costs, is refused rather than ignored."""
     if config.engine.urls:
         raise ConfigError("a simulated run starts its own simulated servers: engine.urls must be empty")
-    if config.engine.weight_sync != "disk":
-        raise ConfigError(f"a simulated run syncs weights as a load of weight_load_s seconds: engine.weight_sync "
-                          f"must be disk, got {config.engine.weight_sync}")
+    if config.engine.weight_sync != "disk" and costs is not None and (
+            costs.training.weight_bytes <= 0 or costs.generation.stream_byte_s <= 0):
+        raise ConfigError(f"engine.weight_sync={config.engine.weight_sync}: the profile has no cost of streaming the "
+                          "weights (training.weight_bytes and generation.stream_byte_s); `areal plan profile` "
+                          "measures them with engine.weight_sync=distributed, or plan with engine.weight_sync=disk")
     return dataclasses.replace(config, eval_task=None, tensorboard=False, checkpoint_every=0,
                                eval=dataclasses.replace(config.eval, db=None))
 
@@ -53,7 +56,7 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
                         lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None
                         ) -> dict[str, Any]:
     """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary."""
-    config = simulation_config(config)
+    config = simulation_config(config, costs)
     task = get_task(config.task, config.data_dir)
     if choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow).spec.uses_tools:
         raise ConfigError("a simulated run has no tool costs yet: a workflow that calls tools would run them for "

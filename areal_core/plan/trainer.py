@@ -1,7 +1,7 @@
 """A simulated trainer and reward backend on the virtual clock (plan/clock.py): the production step loop and reward
 service drive them; their time comes from cost models.
 
-The trainer implements the TrainerBackend protocol (rl/trainer.py): each phase charges the seconds its cost model
+The trainer implements the TrainerBackend and WeightStreamingTrainer protocols (rl/trainer.py): each phase charges the seconds its cost model
 gives for the batch's tokens (prompt and response of every trained sequence), and the version goes up by one per
 update; on hardware shared with generation (plan/colocation.py) a phase stretches while generation runs. The reward
 backend implements RewardBackend (rewards/service.py): `workers` score at once, each request takes a latency drawn
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.clock import charge, charge_until
 from areal_core.plan.colocation import SharedHardware
 from areal_core.rl.config import TrainerConfig
@@ -30,7 +31,10 @@ class TrainingCosts:
     """A trainer's cost model: seconds per token of the batch (prompt + response) and per sequence (what a sequence
     costs beyond its tokens: packing, per-sequence work; it matters for short ones) for pi_prox's forward pass and
     for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step, and for writing
-    the weights (`publish`, disk weight sync) and a checkpoint."""
+    the weights (`publish`, disk weight sync) and a checkpoint. Streamed over a process group (engine.weight_sync =
+    distributed | delta), an update sends `weight_bytes`, a delta after the first `trainable_bytes` (the parameters
+    the optimizer changes: all of them, unless frozen as LoRA freezes its base model); what a byte costs is the
+    engine's (GenerationCosts.stream_byte_s)."""
 
     proximal_token_s: float
     update_token_s: float
@@ -39,11 +43,22 @@ class TrainingCosts:
     update_sequence_s: float = 0.0
     publish_s: float = 0.0
     checkpoint_s: float = 0.0
+    weight_bytes: int = 0
+    trainable_bytes: int | None = None   # None: weight_bytes
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if value < 0:
+            if value is not None and value < 0:
                 raise ValueError(f"training cost {name} must be >= 0, got {value}")
+        if self.trainable_bytes is not None and self.trainable_bytes > self.weight_bytes:
+            raise ValueError(f"trainable_bytes ({self.trainable_bytes}) cannot exceed weight_bytes "
+                             f"({self.weight_bytes})")
+
+    def streamed_bytes(self, changed_only: bool) -> int:
+        """What one update streams: every weight, or after the first delta update the trainable ones."""
+        if changed_only and self.trainable_bytes is not None:
+            return int(self.trainable_bytes)
+        return int(self.weight_bytes)
 
 
 class SimulatedTrainer:
@@ -78,6 +93,23 @@ class SimulatedTrainer:
         self.version += 1
         self.tokens_trained += tokens
         return {"loss": 0.0, "trained_tokens": float(tokens)}
+
+    # -- WeightStreamingTrainer (rl/trainer.py): the bytes are the profile's; the engine charges their time -------
+    def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
+        """The update's bytes in buckets of at most `cap_bytes`, as a real trainer stages its tensors."""
+        total = self.costs.streamed_bytes(changed_only)
+        sizes = [min(cap_bytes, total - start) for start in range(0, total, max(1, cap_bytes))]
+        return [Bucket([f"simulated.{index}"], ["uint8"], [[size]]) for index, size in enumerate(sizes)]
+
+    def join_weight_group(self, init_method: str, world_size: int, group_name: str, backend: str,
+                          timeout: float) -> None:
+        pass
+
+    def send_weight_bucket(self, index: int) -> None:
+        pass   # the broadcast's time is the receiving engine's (SimulatedEngine.update_weights_from_distributed)
+
+    def leave_weight_group(self) -> None:
+        pass
 
     def publish(self, directory: str | Path) -> Path:
         charge(self.costs.publish_s)

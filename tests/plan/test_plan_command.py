@@ -8,11 +8,13 @@ import statistics
 
 import pytest
 import yaml
+from safetensors.torch import load_file
 
 from areal_core.errors import ConfigError
 from areal_core.plan.planner import scenarios
 from areal_core.plan.profile import load_profile
 from areal_core.rl.config import TrainConfig
+from areal_core.rl.model_cache import resolve_model
 
 PROFILE = {
     "name": "test-cluster",
@@ -122,8 +124,9 @@ def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_b
 def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profile(areal, tmp_path):
     # the batches through the rollout path on a planned run's lengths (a file of lengths, as areal plan takes it)
     (tmp_path / "lengths.json").write_text(json.dumps([3, 3, 3]))
+    # for a run that streams its weights (engine.weight_sync=distributed), so the stream is measured too
     result = areal("plan", "profile", "--output", str(tmp_path / "cpu.yaml"), "--name", "this-cpu", "--repeats", "2",
-                   "--lengths", str(tmp_path / "lengths.json"), timeout=600)
+                   "--lengths", str(tmp_path / "lengths.json"), "engine.weight_sync=distributed", timeout=600)
     assert result.returncode == 0, result.stderr
     assert "generation: a decode step" in result.stdout and f"profile: {tmp_path / 'cpu.yaml'}" in result.stdout
     profile = load_profile(tmp_path / "cpu.yaml")
@@ -157,7 +160,14 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     assert all("response lengths" in v for v in profile.sources.values())
     # each batch-level timing taken --repeats times
     assert len(timings["shared"]["generation_alongside_training_s"]) == len(timings["requests"]["controller_s"]) == 2
+    # the stream through the run's own weight streamer: the whole model, every parameter trained (no LoRA)
+    model_bytes = sum(tensor.nbytes for tensor in load_file(resolve_model(TrainConfig().model) / "model.safetensors")
+                      .values())
+    assert training.weight_bytes == training.trainable_bytes == model_bytes and generation.stream_byte_s > 0
+    assert [u["weight_sync_bytes"] for u in timings["stream"]["updates"]] == [model_bytes] * 2
+    assert generation.stream_byte_s == pytest.approx(min(u["weight_sync_seconds"] for u in timings["stream"]["updates"])
+                                                     / model_bytes)
     predicted = areal("plan", "predict", str(tmp_path / "cpu.yaml"), "--gpus", "2", "--eta", "0,1",
-                      "--output", str(tmp_path / "plan"), *RUN)
+                      "--output", str(tmp_path / "plan"), *RUN, "engine.weight_sync=distributed")
     assert predicted.returncode == 0, predicted.stderr
     assert len(json.loads((tmp_path / "plan" / "plan.json").read_text())["scenarios"]) == 3

@@ -3,6 +3,7 @@ gate and weight-update sequence decide; simulated engines, trainer and reward wo
 models give. These tests hold the simulation to the controller's rules: change the controller and they see it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -67,7 +68,30 @@ def test_interrupting_for_a_weight_update_holds_generation_for_the_load_alone_an
 def test_a_config_the_simulation_cannot_honour_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="engine.urls must be empty"):
         run(tmp_path, "urls", "engine.urls=[http://localhost:1]")
-    with pytest.raises(ConfigError, match="engine.weight_sync must be disk, got distributed"):
-        run(tmp_path, "distributed", "engine.weight_sync=distributed")
+    with pytest.raises(ConfigError, match="engine.weight_sync=distributed: the profile has no cost of streaming"):
+        run(tmp_path, "distributed", "engine.weight_sync=distributed")   # COSTS say nothing of a stream
     with pytest.raises(ConfigError, match="a simulated run has no tool costs yet"):
         run(tmp_path, "tools", "rollout.workflow=tool_calls")
+
+
+def test_streamed_weights_go_through_the_runs_weight_streamer_in_buckets_and_a_delta_sends_the_trainable_bytes(
+        tmp_path):
+    """engine.weight_sync = distributed | delta: the production WeightStreamer stages the simulated trainer's bytes
+    in buckets of engine.weight_bucket_mb and the simulated servers receive them while generation is held."""
+    streamed = ClusterCosts(dataclasses.replace(COSTS.generation, stream_byte_s=1e-9),
+                            dataclasses.replace(COSTS.training, weight_bytes=600 << 20, trainable_bytes=20 << 20),
+                            COSTS.rewards, servers=2)
+    disk, disk_metrics = run(tmp_path, "disk", "steps=4", costs=streamed)
+    full, full_metrics = run(tmp_path, "distributed", "steps=4", "engine.weight_sync=distributed",
+                             "engine.weight_bucket_mb=256", costs=streamed)
+    delta, delta_metrics = run(tmp_path, "delta", "steps=4", "engine.weight_sync=delta", costs=streamed)
+    assert all("weight_sync_bytes" not in m for m in disk_metrics)
+    assert all(m["update_hold_seconds"] >= 0.5 for m in disk_metrics)   # weight_load_s, from a disk
+    # every update: the whole weights in three buckets (256 + 256 + 88 MiB), 0.63 s at 1 ns a byte
+    assert [(m["weight_sync_bytes"], m["weight_sync_buckets"]) for m in full_metrics] == [(600 << 20, 3)] * 4
+    assert all(0.629 <= m["update_hold_seconds"] < 0.7 for m in full_metrics)
+    assert all(m["version"] == m["step"] for m in full_metrics)
+    # a delta: the whole weights once, then what the optimizer changes
+    assert [m["weight_sync_bytes"] for m in delta_metrics] == [600 << 20] + [20 << 20] * 3
+    assert all(m["update_hold_seconds"] < 0.1 for m in delta_metrics[1:])
+    assert delta["trajectories_per_second"] > full["trajectories_per_second"]
