@@ -8,8 +8,11 @@ on a machine that lacks it); `--tiny` runs the same code at small sizes on a CPU
                exactly n tokens, n log-normal), same seed and sizes: sync (--sync: eta 0, updates wait),
                async (eta 1, interruptible updates), wait (eta 1, updates wait for in-flight requests);
                ratios async/sync and interrupt/wait of trajectories/s
+    plan       `areal plan profile` of this device with the async run's config, and the three runs predicted from
+               it (issue 23), against what they measured (--skip-plan leaves it out)
 
-Output (--out): results.json (every figure), report.md (the tables), train.log (the three runs' logs).
+Output (--out): results.json (every figure), report.md (the tables), train.log (the three runs' logs), plan-profile.yaml
+and plan.log (the profile and its output).
 """
 from __future__ import annotations
 
@@ -175,10 +178,11 @@ def trainer_mfu(model: Path, device: str, sizes: Sizes, info: dict[str, Any]) ->
     return result
 
 
-def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log: Path) -> dict[str, Any]:
+def run_overrides(mode: str, model: Path, device: str, sizes: Sizes) -> list[str]:
+    """`areal train` overrides of the check's `mode` run (sync, async, wait), without its name and output_dir."""
     lengths = ", ".join(f"{k}: {v}" for k, v in sizes.lengths.items())
-    overrides = [
-        f"name={mode}", f"output_dir={work / 'runs'}", f"model.path={model}", "task=arithmetic", "eval_task=null",
+    return [
+        f"model.path={model}", "task=arithmetic", "eval_task=null",
         "warmup.enabled=false", f"steps={sizes.steps}", f"rollout.batch_size={sizes.batch_size}",
         f"rollout.group_size={sizes.group_size}", f"rollout.max_new_tokens={sizes.lengths['max']}",
         "rollout.workflow=sampled_lengths", f"rollout.workflow_options={{lengths: {{{lengths}}}}}",
@@ -187,6 +191,10 @@ def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log
         "trainer.lr=1e-6", "engine.weight_sync=distributed", "checkpoint_every=0", "tensorboard=false", "eval.db=null",
         "rollout.max_staleness=0" if mode == "sync" else "rollout.max_staleness=1",
         f"rollout.weight_update={'interrupt' if mode == 'async' else 'wait'}", *sizes.extra]
+
+
+def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log: Path) -> dict[str, Any]:
+    overrides = [f"name={mode}", f"output_dir={work / 'runs'}", *run_overrides(mode, model, device, sizes)]
     command = [sys.executable, "-m", "areal_core.cli", "train", *overrides]
     print(f"[{time.strftime('%X')}] areal train {' '.join(overrides)}", flush=True)
     with open(log, "ab") as f:
@@ -204,7 +212,59 @@ def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log
     tokens = sum(s["response_length_mean"] for s in steps) * sizes.batch_size * sizes.group_size
     return {"mode": mode, "rl_seconds": summary["rl_seconds"], "trajectories": summary["trajectories"],
             "trajectories_per_second": summary["trajectories_per_second"],
-            "tokens_per_second": tokens / summary["rl_seconds"], "steps": steps}
+            "tokens_per_second": tokens / summary["rl_seconds"], "steps": steps,
+            "steady_trajectories_per_second": steady_throughput(steps)}
+
+
+def steady_throughput(steps: list[dict[str, Any]]) -> float:
+    """Trajectories per second after the first step (which pays for the first kernels and the reward workers'
+    start, as a profile does not describe): the later steps' trajectories over their seconds."""
+    first, last = steps[0], steps[-1]
+    done = last["trajectories_per_second"] * last["elapsed_seconds"] - first["trajectories_per_second"] * first["elapsed_seconds"]
+    return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
+
+
+def plan_check(model: Path, device: str, sizes: Sizes, work: Path, out: Path, runs: dict[str, Any]) -> dict[str, Any]:
+    """`areal plan` on this device (issue 23): `areal plan profile` with the async run's config, then each run
+    predicted (a simulated run of the real controller on the profile's costs) against what it measured."""
+
+    from areal_core.config import load_config
+    from areal_core.engine.model import load_tokenizer
+    from areal_core.plan.profile import load_profile
+    from areal_core.plan.simulate import simulate
+    from areal_core.rl.config import TrainConfig
+
+    profile_path = out / "plan-profile.yaml"
+    command = [sys.executable, "-m", "areal_core.cli", "plan", "profile", "--output", str(profile_path),
+               "--repeats", "2", *run_overrides("async", model, device, sizes)]
+    print(f"[{time.strftime('%X')}] areal plan profile --output {profile_path} ...", flush=True)
+    started = time.perf_counter()
+    with open(out / "plan.log", "wb") as f:
+        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if done.returncode:
+        raise SystemExit(f"areal plan profile failed ({done.returncode}); its output is in {out / 'plan.log'}")
+    profile_seconds = time.perf_counter() - started
+    profile = load_profile(profile_path)
+    costs = profile.cluster(profile.gpus_per_server, profile.reference_gpus)   # engine and trainer as measured
+    tokenizer = load_tokenizer(model)
+    predicted: dict[str, float] = {}
+    for mode in runs:
+        config = load_config(TrainConfig, None, [f"name={mode}", f"output_dir={work / 'plan'}",
+                                                 *run_overrides(mode, model, device, sizes)])
+        run_dir = work / "plan" / mode
+        simulate(config, costs, tokenizer, run_dir)
+        steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        predicted[mode] = steady_throughput(steps)
+    measured = {mode: run["steady_trajectories_per_second"] for mode, run in runs.items()}
+    rows = {mode: {"measured": measured[mode], "predicted": predicted[mode],
+                   "error": predicted[mode] / measured[mode] - 1} for mode in runs}
+    ratios = {name: {"measured": measured[a] / measured[b], "predicted": predicted[a] / predicted[b],
+                     "error": (predicted[a] / predicted[b]) / (measured[a] / measured[b]) - 1}
+              for name, (a, b) in {"async_over_sync": ("async", "sync"), "interrupt_over_wait": ("async", "wait")}.items()}
+    for mode, row in rows.items():
+        print(f"plan: {mode}: predicted {row['predicted']:.2f}, measured {row['measured']:.2f} trajectories/s "
+              f"({row['error']:+.1%})", flush=True)
+    return {"profile": profile.to_dict(), "profile_seconds": profile_seconds, "runs": rows, "ratios": ratios}
 
 
 def report(results: dict[str, Any]) -> str:
@@ -224,8 +284,16 @@ def report(results: dict[str, Any]) -> str:
                      f"{sum(s['wait_seconds'] for s in steps) / len(steps):.2f} | "
                      f"{sum(s['update_hold_seconds'] for s in steps) / len(steps):.3f} |")
     lines += ["", f"async / sync: **{results['ratios']['async_over_sync']:.2f}x** trajectories/s; interrupt / wait: "
-              f"**{results['ratios']['interrupt_over_wait']:.2f}x**", "", f"lengths: {results['lengths']}; "
-              f"seconds in all: {results['seconds']:.0f}", ""]
+              f"**{results['ratios']['interrupt_over_wait']:.2f}x**", ""]
+    plan = results.get("plan")
+    if plan is not None:
+        lines += [f"`areal plan` on this device (profile in {plan['profile_seconds']:.0f} s, plan-profile.yaml), "
+                  "steady trajectories/s after step 1 (issue 23's goals: within 15%, ratios within 10%):", "",
+                  "| run | measured | predicted | error |", "|---|---|---|---|"]
+        lines += [f"| {mode} | {row['measured']:.2f} | {row['predicted']:.2f} | {row['error']:+.1%} |"
+                  for mode, row in [*plan["runs"].items(), *plan["ratios"].items()]]
+        lines.append("")
+    lines += [f"lengths: {results['lengths']}; seconds in all: {results['seconds']:.0f}", ""]
     return "\n".join(lines)
 
 
@@ -237,6 +305,8 @@ def main() -> None:
                         help="a model directory whose tokenizer the preset takes (default: .gpu-check/tokenizer if "
                              "bench/gpu_check.sh --prepare made it, else one trained on $AREAL_DATA_DIR)")
     parser.add_argument("--device", default=None, help="default: cuda if there is one (else, with --tiny, cpu)")
+    parser.add_argument("--skip-plan", action="store_true",
+                        help="leave out areal plan's profile of this device and its predictions of the three runs")
     args = parser.parse_args()
 
     import torch
@@ -261,6 +331,8 @@ def main() -> None:
         log = args.out / "train.log"
         log.unlink(missing_ok=True)
         results["runs"] = {mode: train_run(mode, model, device, sizes, work, log) for mode in ("sync", "async", "wait")}
+        if not args.skip_plan:
+            results["plan"] = plan_check(model, device, sizes, work, args.out, results["runs"])
     rate = {mode: run["trajectories_per_second"] for mode, run in results["runs"].items()}
     results["ratios"] = {"async_over_sync": rate["async"] / rate["sync"], "interrupt_over_wait": rate["async"] / rate["wait"]}
     results["seconds"] = time.perf_counter() - started

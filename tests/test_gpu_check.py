@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +27,8 @@ def test_gpu_check_tiny_measures_the_engine_the_trainer_and_three_runs(tmp_path,
                            "--tokenizer-from", str(tmp_path / "prepared" / "tokenizer")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert {p.name for p in out.iterdir()} == {"results.json", "report.md", "train.log"}
+    assert {p.name for p in out.iterdir()} == {"results.json", "report.md", "train.log", "plan-profile.yaml",
+                                               "plan-profile.timings.json", "plan.log"}
     results = json.loads((out / "results.json").read_text())
     sizes = results["sizes"]
 
@@ -50,7 +53,23 @@ def test_gpu_check_tiny_measures_the_engine_the_trainer_and_three_runs(tmp_path,
     assert results["ratios"]["async_over_sync"] == rates["async"] / rates["sync"]
     assert results["ratios"]["interrupt_over_wait"] == rates["async"] / rates["wait"]
 
+    # areal plan on the device (issue 23): a profile with the async run's config (its weights streamed, so the
+    # stream measured too), each run predicted from it beside its steady throughput after step 1
+    plan = results["plan"]
+    assert plan["profile"]["generation"]["stream_byte_s"] > 0 and plan["profile"]["training"]["weight_bytes"] > 0
+    assert all(source.startswith("measured by areal plan profile") for source in plan["profile"]["sources"].values())
+    assert set(plan["runs"]) == {"sync", "async", "wait"}
+    for mode, row in plan["runs"].items():
+        steps = results["runs"][mode]["steps"]
+        trajectories = (steps[-1]["trajectories_per_second"] * steps[-1]["elapsed_seconds"]
+                        - steps[0]["trajectories_per_second"] * steps[0]["elapsed_seconds"])
+        assert row["measured"] == pytest.approx(trajectories / (steps[-1]["elapsed_seconds"] - steps[0]["elapsed_seconds"]))
+        assert row["predicted"] > 0 and row["error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+    assert plan["ratios"]["async_over_sync"]["predicted"] == pytest.approx(
+        plan["runs"]["async"]["predicted"] / plan["runs"]["sync"]["predicted"])
+
     report = (out / "report.md").read_text()
     assert "async / sync" in report and "interrupt / wait" in report and "tokens/s" in report
+    assert "`areal plan` on this device" in report and "| async_over_sync |" in report
     log = (out / "train.log").read_text()
     assert all(f"=== {mode}: areal train" in log for mode in ("sync", "async", "wait"))
