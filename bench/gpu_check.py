@@ -220,7 +220,8 @@ def steady_throughput(steps: list[dict[str, Any]]) -> float:
     """Trajectories per second after the first step (which pays for the first kernels and the reward workers'
     start, as a profile does not describe): the later steps' trajectories over their seconds."""
     first, last = steps[0], steps[-1]
-    done = last["trajectories_per_second"] * last["elapsed_seconds"] - first["trajectories_per_second"] * first["elapsed_seconds"]
+    done = (last["trajectories_per_second"] * last["elapsed_seconds"]
+            - first["trajectories_per_second"] * first["elapsed_seconds"])
     return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
 
 
@@ -258,9 +259,10 @@ def plan_check(model: Path, device: str, sizes: Sizes, work: Path, out: Path, ru
     measured = {mode: run["steady_trajectories_per_second"] for mode, run in runs.items()}
     rows = {mode: {"measured": measured[mode], "predicted": predicted[mode],
                    "error": predicted[mode] / measured[mode] - 1} for mode in runs}
+    pairs = {"async_over_sync": ("async", "sync"), "interrupt_over_wait": ("async", "wait")}
     ratios = {name: {"measured": measured[a] / measured[b], "predicted": predicted[a] / predicted[b],
                      "error": (predicted[a] / predicted[b]) / (measured[a] / measured[b]) - 1}
-              for name, (a, b) in {"async_over_sync": ("async", "sync"), "interrupt_over_wait": ("async", "wait")}.items()}
+              for name, (a, b) in pairs.items()}
     for mode, row in rows.items():
         print(f"plan: {mode}: predicted {row['predicted']:.2f}, measured {row['measured']:.2f} trajectories/s "
               f"({row['error']:+.1%})", flush=True)

@@ -63,7 +63,8 @@ def test_gpu_check_tiny_measures_the_engine_the_trainer_and_three_runs(tmp_path,
         steps = results["runs"][mode]["steps"]
         trajectories = (steps[-1]["trajectories_per_second"] * steps[-1]["elapsed_seconds"]
                         - steps[0]["trajectories_per_second"] * steps[0]["elapsed_seconds"])
-        assert row["measured"] == pytest.approx(trajectories / (steps[-1]["elapsed_seconds"] - steps[0]["elapsed_seconds"]))
+        seconds = steps[-1]["elapsed_seconds"] - steps[0]["elapsed_seconds"]
+        assert row["measured"] == pytest.approx(trajectories / seconds)
         assert row["predicted"] > 0 and row["error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
     assert plan["ratios"]["async_over_sync"]["predicted"] == pytest.approx(
         plan["runs"]["async"]["predicted"] / plan["runs"]["sync"]["predicted"])

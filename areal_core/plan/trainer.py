@@ -1,12 +1,13 @@
 """A simulated trainer and reward backend on the virtual clock (plan/clock.py): the production step loop and reward
 service drive them; their time comes from cost models.
 
-The trainer implements the TrainerBackend and WeightStreamingTrainer protocols (rl/trainer.py): each phase charges the seconds its cost model
-gives for the batch's tokens (prompt and response of every trained sequence), and the version goes up by one per
-update; on hardware shared with generation (plan/colocation.py) a phase stretches while generation runs. The reward
-backend implements RewardBackend (rewards/service.py): `workers` score at once, each request takes a latency drawn
-from a log-normal (mean, p99), and a share `correct_rate` of responses score 1, all of a group alike in a share
-`uniform_groups` of the groups (which carry no gradient: the step loop skips them, so they change what is trained).
+The trainer implements the TrainerBackend and WeightStreamingTrainer protocols (rl/trainer.py): each phase charges
+the seconds its cost model gives for the batch's tokens (prompt and response of every trained sequence), and the
+version goes up by one per update; on hardware shared with generation (plan/colocation.py) a phase stretches while
+generation runs. The reward backend implements RewardBackend (rewards/service.py): `workers` score at once, each
+request takes a latency drawn from a log-normal (mean, p99), and a share `correct_rate` of responses score 1, all
+of a group alike in a share `uniform_groups` of the groups (which carry no gradient: the step loop skips them, so
+they change what is trained).
 """
 from __future__ import annotations
 
