@@ -205,15 +205,29 @@ def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log
         raise SystemExit(f"the {mode} run failed ({done.returncode}); its output is in {log}")
     run_dir = max((work / "runs").glob(f"{mode}-*"))
     summary = json.loads((run_dir / "summary.json").read_text())
-    keys = ("trajectories_per_second", "wait_seconds", "train_seconds", "proximal_seconds", "update_seconds",
-            "publish_seconds", "update_hold_seconds", "staleness_max", "response_length_mean", "elapsed_seconds")
-    steps = [{k: m[k] for k in ("step", *keys) if k in m}
-             for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+    steps = read_steps(run_dir)
     tokens = sum(s["response_length_mean"] for s in steps) * sizes.batch_size * sizes.group_size
     return {"mode": mode, "rl_seconds": summary["rl_seconds"], "trajectories": summary["trajectories"],
             "trajectories_per_second": summary["trajectories_per_second"],
             "tokens_per_second": tokens / summary["rl_seconds"], "steps": steps,
             "steady_trajectories_per_second": steady_throughput(steps)}
+
+
+STEP_KEYS = ("step", "trajectories_per_second", "wait_seconds", "train_seconds", "proximal_seconds", "update_seconds",
+             "publish_seconds", "update_hold_seconds", "staleness_max", "response_length_mean", "elapsed_seconds")
+PHASES = ("wait_seconds", "proximal_seconds", "update_seconds", "publish_seconds")   # a step's seconds, in order
+
+
+def read_steps(run_dir: Path) -> list[dict[str, Any]]:
+    """Each step of the run's metrics.jsonl, the figures the check reports."""
+    return [{k: m[k] for k in STEP_KEYS if k in m}
+            for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+
+
+def steady_phases(steps: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds a step spends in each phase after the first step: where a prediction and a run part."""
+    later = steps[1:] or steps
+    return {phase: sum(s[phase] for s in later) / len(later) for phase in PHASES}
 
 
 def steady_throughput(steps: list[dict[str, Any]]) -> float:
@@ -249,16 +263,20 @@ def plan_check(model: Path, device: str, sizes: Sizes, work: Path, out: Path, ru
     costs = profile.cluster(profile.gpus_per_server, profile.reference_gpus)   # engine and trainer as measured
     tokenizer = load_tokenizer(model)
     predicted: dict[str, float] = {}
+    simulated: dict[str, list[dict[str, Any]]] = {}
     for mode in runs:
         config = load_config(TrainConfig, None, [f"name={mode}", f"output_dir={work / 'plan'}",
                                                  *run_overrides(mode, model, device, sizes)])
         run_dir = work / "plan" / mode
         simulate(config, costs, tokenizer, run_dir)
-        steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        predicted[mode] = steady_throughput(steps)
+        simulated[mode] = read_steps(run_dir)
+        predicted[mode] = steady_throughput(simulated[mode])
     measured = {mode: run["steady_trajectories_per_second"] for mode, run in runs.items()}
     rows = {mode: {"measured": measured[mode], "predicted": predicted[mode],
-                   "error": predicted[mode] / measured[mode] - 1} for mode in runs}
+                   "error": predicted[mode] / measured[mode] - 1,
+                   "measured_phases": steady_phases(runs[mode]["steps"]),
+                   "predicted_phases": steady_phases(simulated[mode]), "predicted_steps": simulated[mode]}
+            for mode in runs}
     pairs = {"async_over_sync": ("async", "sync"), "interrupt_over_wait": ("async", "wait")}
     ratios = {name: {"measured": measured[a] / measured[b], "predicted": predicted[a] / predicted[b],
                      "error": (predicted[a] / predicted[b]) / (measured[a] / measured[b]) - 1}
@@ -294,6 +312,11 @@ def report(results: dict[str, Any]) -> str:
                   "| run | measured | predicted | error |", "|---|---|---|---|"]
         lines += [f"| {mode} | {row['measured']:.2f} | {row['predicted']:.2f} | {row['error']:+.1%} |"
                   for mode, row in [*plan["runs"].items(), *plan["ratios"].items()]]
+        lines += ["", "seconds a step after step 1, measured / predicted:", "",
+                  "| run | " + " | ".join(phase.removesuffix("_seconds") for phase in PHASES) + " |",
+                  "|---|" + "---|" * len(PHASES)]
+        lines += [f"| {mode} | " + " | ".join(f"{row['measured_phases'][p]:.2f} / {row['predicted_phases'][p]:.2f}"
+                                             for p in PHASES) + " |" for mode, row in plan["runs"].items()]
         lines.append("")
     lines += [f"lengths: {results['lengths']}; seconds in all: {results['seconds']:.0f}", ""]
     return "\n".join(lines)

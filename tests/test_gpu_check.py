@@ -66,6 +66,11 @@ def test_gpu_check_tiny_measures_the_engine_the_trainer_and_three_runs(tmp_path,
         seconds = steps[-1]["elapsed_seconds"] - steps[0]["elapsed_seconds"]
         assert row["measured"] == pytest.approx(trajectories / seconds)
         assert row["predicted"] > 0 and row["error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+        # where they part: each phase's seconds a step, the simulated run's steps as the real run's
+        assert [s["step"] for s in row["predicted_steps"]] == list(range(1, sizes["steps"] + 1))
+        assert set(row["measured_phases"]) == set(row["predicted_phases"]) == {
+            "wait_seconds", "proximal_seconds", "update_seconds", "publish_seconds"}
+        assert row["measured_phases"]["update_seconds"] > 0 and row["predicted_phases"]["update_seconds"] > 0
     assert plan["ratios"]["async_over_sync"]["predicted"] == pytest.approx(
         plan["runs"]["async"]["predicted"] / plan["runs"]["sync"]["predicted"])
 

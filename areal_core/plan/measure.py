@@ -3,19 +3,20 @@ a run's config, each started as `areal train` starts it (the embedded model, the
 
 The process is set up as `areal train` sets up its own (engine.torch_threads). Generation: batches of B requests
 (prompt P tokens, L new tokens, EOS ignored; B up to the run's concurrency) on one engine; the decode-step model of
-plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing context,
-one prefill of B * P tokens). Weight load: the engine loads a weights directory; with engine.weight_sync = distributed |
+plan/engine.py is fitted to their times by least squares (each run: L steps of B sequences over a growing context, one
+prefill of B * P tokens). Weight load: the engine loads a weights directory; with engine.weight_sync = distributed |
 delta, the run's weight streamer also sends the trainer's weights to the engine (seconds a byte, the bytes of a whole
-update and of a delta). Training: the trainer's pi_prox and
-update phases on synthetic batches of long and of short sequences (groups sharing a prompt, as a run's do); costs per
-token, per sequence and per optimizer step fitted by non-negative least squares. Request cost: a batch through the
-real rollout controller (the median of every one timed alone) against the same requests on the cost model's engine.
-Shared hardware: engine and trainer run on this one machine, so a batch through the controller is timed again while
-the trainer works in a thread, and a training step on what the run would train of that batch while such batches run
-(plan/colocation.py). How much they slow each other depends on the responses' lengths (short ones are mostly
-per-request work in the interpreter, which the trainer's thread waits on; long ones mostly decode steps, which run
-beside it): with `lengths` (a run's, as `areal plan --lengths` takes them) every response of these batches is as long
-as the workload draws it, else as long as the model writes it.
+update and of a delta). Training: the trainer's pi_prox and update phases on synthetic batches of long and of short
+sequences (groups sharing a prompt, as a run's do), and on what the run would train of a batch through its rollout
+path (timed in the shared-hardware measurement); costs per token, per sequence and per optimizer step fitted by
+non-negative least squares of each batch's relative error. Request cost: a batch through the real rollout controller
+(the median of every one timed alone) against the same requests on the cost model's engine. Shared hardware: engine
+and trainer run on this one machine, so a batch through the controller is timed again while the trainer works in a
+thread, and a training step on what the run would train of that batch while such batches run (plan/colocation.py). How
+much they slow each other depends on the responses' lengths (short ones are mostly per-request work in the
+interpreter, which the trainer's thread waits on; long ones mostly decode steps, which run beside it): with `lengths`
+(a run's, as `areal plan --lengths` takes them) every response of these batches is as long as the workload draws it,
+else as long as the model writes it.
 Rewards: the task's reward on its own samples through the reward service, one request at a time (latency), then all
 at once: requests the service completes per second times the latency is how many it works on at once (`workers` of
 the model).
@@ -67,10 +68,14 @@ def fit_generation(samples: list[tuple[int, int, int, float]]) -> dict[str, floa
     return fit_nonnegative(names, [decode_terms(b, p, n) for b, p, n, _ in samples], [s for *_, s in samples])
 
 
-def fit_nonnegative(names: list[str], terms: list[list[float]], measured: list[float]) -> dict[str, float]:
-    """The non-negative least-squares fit of measured = sum(cost * term), by name."""
+def fit_nonnegative(names: list[str], terms: list[list[float]], measured: list[float], relative: bool = False
+                    ) -> dict[str, float]:
+    """The non-negative least-squares fit of measured = sum(cost * term), by name; `relative`: of each sample's
+    error as a share of it, so that small samples count as much as large ones."""
     rows = torch.tensor(terms, dtype=torch.float64)
     seconds = torch.tensor(measured, dtype=torch.float64)
+    if relative:
+        rows, seconds = rows / seconds[:, None], torch.ones_like(seconds)
     active = list(range(len(names)))
     while True:   # drop the most negative coefficient and fit again (an active-set NNLS, small enough here)
         scale = rows[:, active].abs().max(dim=0).values
@@ -194,12 +199,20 @@ def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[
     started = time.perf_counter()
     trainer.save_checkpoint(scratch / "checkpoint")
     checkpoint_s = time.perf_counter() - started
+    return {**fit_training(samples, config), "publish_s": publish_s, "checkpoint_s": checkpoint_s}, samples
+
+
+def fit_training(samples: list[dict[str, Any]], config: TrainConfig) -> dict[str, float]:
+    """pi_prox's and the update's costs fitted to (tokens, sequences, proximal_s, update_s) samples, each one's
+    relative error alike: the run's own batch, smaller than the synthetic ones, counts as much (fitted to seconds,
+    a 16-sequence batch of the GPU check's tiny run was predicted at half its measured update)."""
     proximal = fit_nonnegative(["proximal_token_s", "proximal_sequence_s"],
-                               [[s["tokens"], s["sequences"]] for s in samples], [s["proximal_s"] for s in samples])
+                               [[s["tokens"], s["sequences"]] for s in samples], [s["proximal_s"] for s in samples],
+                               relative=True)
     update = fit_nonnegative(["update_token_s", "update_sequence_s", "optimizer_step_s"],
                              [[s["tokens"], s["sequences"], config.trainer.ppo_minibatches] for s in samples],
-                             [s["update_s"] for s in samples])
-    return {**proximal, **update, "publish_s": publish_s, "checkpoint_s": checkpoint_s}, samples
+                             [s["update_s"] for s in samples], relative=True)
+    return {**proximal, **update}
 
 
 class LengthPinnedEngine:
@@ -346,8 +359,12 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         await asyncio.gather(*(batches.through_controller() for _ in range(in_flight)))
         return 0.0
 
-    async def training() -> float:
+    alone_phases: list[tuple[float, float]] = []
+
+    async def training(phases: list[tuple[float, float]] | None = None) -> float:
         _, _, proximal_s, update_s = await asyncio.to_thread(train_on, trainer, config, run_batch)
+        if phases is not None:
+            phases.append((proximal_s, update_s))
         return proximal_s + update_s
 
     async def alongside(timed: Any, background: Any) -> float:
@@ -369,15 +386,24 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     for _ in range(repeats):
         alone_g.append(await generation())
         shared_g.append(await alongside(generation, training))
-        alone_t.append(await training())
+        alone_t.append(await training(alone_phases))
         shared_t.append(await alongside(training, generation_as_run))
     slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
                  "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
+                       "training_alone_phases_s": alone_phases,
                        "training_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in run_batch),
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
+
+
+def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
+    """The run's own batch as a training sample: its tokens and sequences, the fastest phases of its steps timed
+    alone (as the synthetic samples take the faster of two)."""
+    phases = shared["training_alone_phases_s"]
+    return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"],
+            "proximal_s": min(p for p, _ in phases), "update_s": min(u for _, u in phases), "run_batch": True}
 
 
 async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32, burst: int = 512
@@ -448,6 +474,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
+                        # the training costs fitted again with the run's own batch among the samples
+                        training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config))
                         rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()

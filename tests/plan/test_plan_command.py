@@ -11,6 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from areal_core.errors import ConfigError
+from areal_core.plan.measure import fit_training, run_sample
 from areal_core.plan.planner import scenarios
 from areal_core.plan.profile import load_profile
 from areal_core.rl.config import TrainConfig
@@ -93,6 +94,34 @@ def test_the_decode_model_fitted_to_timings_it_made_recovers_its_costs_and_never
     assert refit["sequence_s"] == 0 and refit["step_s"] > 0
 
 
+def test_the_training_fit_counts_a_small_batch_as_much_as_the_large_ones():
+    """A run's batch can be far smaller than the synthetic ones and cost more a token (a step's fixed work). The
+    timings below are a profile's of the GPU check's tiny preset on this CPU: its 4 synthetic batches, then the run's
+    own (16 sequences, 252 tokens). Fitted to seconds on the synthetic ones (as before), the run's update is
+    predicted at two thirds of what it took; fitted to each sample's share with the run's batch among them, within
+    a tenth."""
+    from areal_core.plan.measure import fit_nonnegative
+
+    synthetic = [{"tokens": 512, "sequences": 8, "proximal_s": 0.503, "update_s": 1.283},
+                 {"tokens": 2048, "sequences": 32, "proximal_s": 1.979, "update_s": 4.729},
+                 {"tokens": 2016, "sequences": 84, "proximal_s": 1.494, "update_s": 3.616},
+                 {"tokens": 960, "sequences": 40, "proximal_s": 0.671, "update_s": 1.651}]
+    run = {"tokens": 252, "sequences": 16, "proximal_s": 0.27, "update_s": 0.80}
+    minibatches = TrainConfig().trainer.ppo_minibatches
+
+    def update_s(costs: dict[str, float]) -> float:
+        return (costs["update_token_s"] * run["tokens"] + costs["update_sequence_s"] * run["sequences"]
+                + costs["optimizer_step_s"] * minibatches)
+
+    names = ["update_token_s", "update_sequence_s", "optimizer_step_s"]
+    absolute = fit_nonnegative(names, [[s["tokens"], s["sequences"], minibatches] for s in synthetic],
+                               [s["update_s"] for s in synthetic])
+    fitted = fit_training([*synthetic, run], TrainConfig())
+    assert update_s(absolute) < 0.7 * run["update_s"]
+    assert update_s(fitted) == pytest.approx(run["update_s"], rel=0.1)
+    assert all(value >= 0 for value in fitted.values())
+
+
 def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_batch():
     from types import SimpleNamespace
 
@@ -139,8 +168,14 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     timings = json.loads((tmp_path / "cpu.timings.json").read_text())
     # the grid reaches the run's concurrency (64 prompts x 8 samples: 256 running at once)
     assert max(s["requests"] for s in timings["samples"]) == 256 and all(s["seconds"] > 0 for s in timings["samples"])
-    # per token and per sequence, fitted to batches of long and of short sequences
+    # per token and per sequence, fitted to batches of long and of short sequences and to the run's own batch
     assert len(timings["training_samples"]) == 4 and training.proximal_token_s > 0
+    run_batch = run_sample(timings["shared"])
+    assert (run_batch["tokens"], run_batch["sequences"]) == (timings["shared"]["training_tokens"],
+                                                             timings["shared"]["training_sequences"])
+    assert len(timings["shared"]["training_alone_phases_s"]) == 2   # one per --repeats, each timed alone
+    refit = fit_training([*timings["training_samples"], run_batch], TrainConfig())
+    assert {name: getattr(training, name) for name in refit} == pytest.approx(refit)
     # the rollout path (controller, workflow, rewards) timed against the engine alone with the same requests
     assert timings["requests"]["requests"] > 0 and generation.request_s >= 0
     assert all(c > 0 for c in timings["requests"]["controller_s"] + timings["requests"]["engine_alone_s"])
