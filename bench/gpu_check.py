@@ -232,7 +232,10 @@ def steady_phases(steps: list[dict[str, Any]]) -> dict[str, float]:
 
 def steady_throughput(steps: list[dict[str, Any]]) -> float:
     """Trajectories per second after the first step (which pays for the first kernels and the reward workers'
-    start, as a profile does not describe): the later steps' trajectories over their seconds."""
+    start, as a profile does not describe): the later steps' trajectories over their seconds (a run of one step:
+    its own rate)."""
+    if len(steps) < 2:
+        return steps[-1]["trajectories_per_second"]
     first, last = steps[0], steps[-1]
     done = (last["trajectories_per_second"] * last["elapsed_seconds"]
             - first["trajectories_per_second"] * first["elapsed_seconds"])

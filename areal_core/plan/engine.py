@@ -161,10 +161,7 @@ class SimulatedServer:
 
     async def pause(self, mode: PauseMode = "retract") -> None:
         self.paused = True
-        if self._stepping:   # the step in progress ends first, as a real scheduler's does
-            self._step_done.clear()
-            self._event.set()
-            await self._step_done.wait()
+        await self.end_steps()   # the step in progress ends first, as a real scheduler's does
         if mode == "abort":
             for item in [*self.running, *self.waiting]:
                 self._finish(item, "abort")

@@ -172,12 +172,15 @@ def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> tupl
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
-    if torch.cuda.is_available():   # a trainer in this process on a GPU: its kernels end before the clock reads
+    on_gpu = config.trainer.backend == "local" and config.trainer.device.startswith("cuda")
+    if on_gpu:   # a trainer in this process on a GPU: its kernels end before the clock reads
         torch.cuda.synchronize()
     proximal = time.perf_counter()
     advantages = group_advantages(torch.tensor([t.reward.score for t in batch]), [t.group_id for t in batch],
                                   config.trainer.advantage)
     trainer.ppo_update(prepared, advantages)
+    if on_gpu:
+        torch.cuda.synchronize()
     actual = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch)
     return actual, len(batch), proximal - started, time.perf_counter() - proximal
 

@@ -37,17 +37,20 @@ class ClusterCosts:
     shared: SharedCosts | None = None    # generation and training on the same hardware (plan/colocation.py)
 
 
-def simulation_config(config: TrainConfig, costs: ClusterCosts | None = None) -> TrainConfig:
+def simulation_config(config: TrainConfig, costs: ClusterCosts) -> TrainConfig:
     """The run's config as a simulation runs it: no evals, no store, no TensorBoard; a config naming servers, or
     streaming weights (engine.weight_sync = distributed | delta) with `costs` that say nothing of what a stream
     costs, is refused rather than ignored."""
     if config.engine.urls:
         raise ConfigError("a simulated run starts its own simulated servers: engine.urls must be empty")
-    if config.engine.weight_sync != "disk" and costs is not None and (
-            costs.training.weight_bytes <= 0 or costs.generation.stream_byte_s <= 0):
+    if config.engine.weight_sync != "disk" and (costs.training.weight_bytes <= 0
+                                                 or costs.generation.stream_byte_s <= 0):
         raise ConfigError(f"engine.weight_sync={config.engine.weight_sync}: the profile has no cost of streaming the "
                           "weights (training.weight_bytes and generation.stream_byte_s); `areal plan profile` "
                           "measures them with engine.weight_sync=distributed, or plan with engine.weight_sync=disk")
+    if config.engine.weight_sync == "delta" and costs.training.streamed_bytes(changed_only=True) <= 0:
+        raise ConfigError("engine.weight_sync=delta: the profile's training.trainable_bytes is 0, so a delta "
+                          "update would send nothing; plan with engine.weight_sync=distributed")
     return dataclasses.replace(config, eval_task=None, tensorboard=False, checkpoint_every=0,
                                eval=dataclasses.replace(config.eval, db=None))
 

@@ -98,8 +98,8 @@ class SimulatedTrainer:
     # -- WeightStreamingTrainer (rl/trainer.py): the bytes are the profile's; the engine charges their time -------
     def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
         """The update's bytes in buckets of at most `cap_bytes`, as a real trainer stages its tensors."""
-        total = self.costs.streamed_bytes(changed_only)
-        sizes = [min(cap_bytes, total - start) for start in range(0, total, max(1, cap_bytes))]
+        total, cap = self.costs.streamed_bytes(changed_only), max(1, cap_bytes)
+        sizes = [min(cap, total - start) for start in range(0, total, cap)]
         return [Bucket([f"simulated.{index}"], ["uint8"], [[size]]) for index, size in enumerate(sizes)]
 
     def join_weight_group(self, init_method: str, world_size: int, group_name: str, backend: str,
