@@ -172,8 +172,9 @@ def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> tupl
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
-    on_gpu = config.trainer.backend == "local" and config.trainer.device.startswith("cuda")
-    if on_gpu:   # a trainer in this process on a GPU: its kernels end before the clock reads
+    # a trainer in this process on a GPU (this process's CUDA is in use): its kernels end before the clock reads
+    on_gpu = config.trainer.device.startswith("cuda") and torch.cuda.is_initialized()
+    if on_gpu:
         torch.cuda.synchronize()
     proximal = time.perf_counter()
     advantages = group_advantages(torch.tensor([t.reward.score for t in batch]), [t.group_id for t in batch],
