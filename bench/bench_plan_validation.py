@@ -48,13 +48,6 @@ RATIOS = {"async / sync (bench_async_vs_sync)": ("async", "sync"),
           "interrupt / wait (bench_weight_updates)": ("interrupt", "wait")}
 
 
-def steady_throughput(metrics: list[dict[str, Any]], skip: int) -> float:
-    """Trajectories per second over steps skip+1..N (cumulative trajectories = rate x elapsed at each step)."""
-    first, last = metrics[skip - 1], metrics[-1]
-    done = last["trajectories_per_second"] * last["elapsed_seconds"] - first["trajectories_per_second"] * first["elapsed_seconds"]
-    return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
-
-
 def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: Path, skip: int, out: Path
             ) -> tuple[float, dict[str, Any]]:
     import dataclasses
@@ -74,7 +67,7 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
     shutil.rmtree(out, ignore_errors=True)   # a run directory of its own (its metrics.jsonl is appended to)
     simulate(config, costs, build_char_tokenizer(), out, lengths=workload)
     simulated = training_runs.read_run(out)
-    return steady_throughput(simulated["metrics"], skip), simulated
+    return training_runs.steady_throughput(simulated["metrics"], skip), simulated
 
 
 def main() -> None:
@@ -98,7 +91,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name, (overrides, sync) in runs.items():
                 run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
-                measured[name].append(steady_throughput(training_runs.read_run(run_dir)["metrics"], args.skip))
+                metrics = training_runs.read_run(run_dir)["metrics"]
+                measured[name].append(training_runs.steady_throughput(metrics, args.skip))
                 workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
 
         # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run

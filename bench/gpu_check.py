@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import training_runs   # bench/, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 PRESET = "qwen2.5-0.5b"
 # Dense peak TFLOP/s by GPU name and dtype (vendor datasheets; SXM parts): what MFU is measured against.
@@ -210,7 +212,7 @@ def train_run(mode: str, model: Path, device: str, sizes: Sizes, work: Path, log
     return {"mode": mode, "rl_seconds": summary["rl_seconds"], "trajectories": summary["trajectories"],
             "trajectories_per_second": summary["trajectories_per_second"],
             "tokens_per_second": tokens / summary["rl_seconds"], "steps": steps,
-            "steady_trajectories_per_second": steady_throughput(steps)}
+            "steady_trajectories_per_second": training_runs.steady_throughput(steps)}
 
 
 STEP_KEYS = ("step", "trajectories_per_second", "wait_seconds", "train_seconds", "proximal_seconds", "update_seconds",
@@ -230,22 +232,9 @@ def steady_phases(steps: list[dict[str, Any]]) -> dict[str, float]:
     return {phase: sum(s[phase] for s in later) / len(later) for phase in PHASES}
 
 
-def steady_throughput(steps: list[dict[str, Any]]) -> float:
-    """Trajectories per second after the first step (which pays for the first kernels and the reward workers'
-    start, as a profile does not describe): the later steps' trajectories over their seconds (a run of one step:
-    its own rate)."""
-    if len(steps) < 2:
-        return steps[-1]["trajectories_per_second"]
-    first, last = steps[0], steps[-1]
-    done = (last["trajectories_per_second"] * last["elapsed_seconds"]
-            - first["trajectories_per_second"] * first["elapsed_seconds"])
-    return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
-
-
 def plan_check(model: Path, device: str, sizes: Sizes, work: Path, out: Path, runs: dict[str, Any]) -> dict[str, Any]:
     """`areal plan` on this device (issue 23): `areal plan profile` with the async run's config, then each run
     predicted (a simulated run of the real controller on the profile's costs) against what it measured."""
-
     from areal_core.config import load_config
     from areal_core.engine.model import load_tokenizer
     from areal_core.plan.profile import load_profile
@@ -273,7 +262,7 @@ def plan_check(model: Path, device: str, sizes: Sizes, work: Path, out: Path, ru
         run_dir = work / "plan" / mode
         simulate(config, costs, tokenizer, run_dir)
         simulated[mode] = read_steps(run_dir)
-        predicted[mode] = steady_throughput(simulated[mode])
+        predicted[mode] = training_runs.steady_throughput(simulated[mode])
     measured = {mode: run["steady_trajectories_per_second"] for mode, run in runs.items()}
     rows = {mode: {"measured": measured[mode], "predicted": predicted[mode],
                    "error": predicted[mode] / measured[mode] - 1,

@@ -25,6 +25,18 @@ def train(name: str, output_dir: Path, overrides: list[str], sync: bool = False)
     return max(output_dir.glob(f"{name}-*"))
 
 
+def steady_throughput(metrics: list[dict[str, Any]], skip: int = 1) -> float:
+    """Trajectories per second over steps skip+1..N (cumulative trajectories = rate x elapsed at each step): the
+    first steps pay for starting the reward workers and the first forward passes, which a profile does not
+    describe. A run of no more than `skip` steps: its last step's rate."""
+    if len(metrics) <= skip:
+        return metrics[-1]["trajectories_per_second"]
+    first, last = metrics[skip - 1], metrics[-1]
+    done = (last["trajectories_per_second"] * last["elapsed_seconds"]
+            - first["trajectories_per_second"] * first["elapsed_seconds"])
+    return done / (last["elapsed_seconds"] - first["elapsed_seconds"])
+
+
 def read_run(run_dir: Path) -> dict[str, Any]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     evals = run_dir / "evals.jsonl"

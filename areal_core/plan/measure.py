@@ -407,7 +407,7 @@ def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
     alone (as the synthetic samples take the faster of two)."""
     phases = shared["training_alone_phases_s"]
     return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"],
-            "proximal_s": min(p for p, _ in phases), "update_s": min(u for _, u in phases), "run_batch": True}
+            "proximal_s": min(p for p, _ in phases), "update_s": min(u for _, u in phases)}
 
 
 async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32, burst: int = 512
