@@ -3,11 +3,18 @@
 On a cluster the planner splits the GPUs, so generation servers and the trainer never share a device. On one CPU
 machine (the local engine in the trainer's process, two cores for an engine thread, a trainer thread and the
 controller) or a GPU shared by both, they do: measured by `areal plan profile` (each phase timed alone and while
-the other runs), a decode step takes `generation_slowdown` times its cost while the trainer works, and the trainer
-`training_slowdown` times its own while generation runs. Processor sharing, piecewise:
+the other runs), a decode step takes `generation_slowdown` times its cost while the trainer works, a request's work on
+the rollout path (request_s: rendering, tokenizing, scoring, in the interpreter) `request_slowdown` times its own, and
+the trainer `training_slowdown` times its own while generation runs. Processor sharing, piecewise:
 
     trainer progress per second = 1 / training_slowdown   while any server decodes, else 1
     decode step seconds         = cost × generation_slowdown while the trainer works, else cost
+    a joining request's seconds = request_s × request_slowdown while the trainer works, else request_s
+
+The two generation factors differ on one CPU: a decode step is mostly torch, which runs beside the trainer's thread,
+while a request's work is Python that waits for the interpreter lock the trainer's thread holds between its kernels
+(measured on the CPU demo's batch: decode steps 1.21x, the rest of the rollout path 1.59x). A profile without
+request_slowdown (before it was measured) slows both by generation_slowdown.
 
 A synchronous run never overlaps the two (its engine idles while the trainer works), so it pays neither; an
 asynchronous one pays both whenever they overlap, which is what the CPU demo's async/sync ratio depends on.
@@ -25,10 +32,11 @@ class SharedCosts:
 
     generation_slowdown: float = 1.0
     training_slowdown: float = 1.0
+    request_slowdown: float | None = None   # None: generation_slowdown
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not value >= 1.0:
+            if value is not None and not value >= 1.0:
                 raise ValueError(f"{name} must be >= 1 (a share of the hardware is never faster), got {value}")
 
 
@@ -47,7 +55,15 @@ class SharedHardware:
         return bool(self._decoding)
 
     def generation_factor(self) -> float:
+        """A decode step's slowdown now."""
         return self.costs.generation_slowdown if self.training else 1.0
+
+    def request_factor(self) -> float:
+        """The slowdown of a request's work on the rollout path now."""
+        if not self.training:
+            return 1.0
+        request = self.costs.request_slowdown
+        return self.costs.generation_slowdown if request is None else request
 
     def decoding(self, server: Any, busy: bool) -> None:
         """A server began (busy) or ended its decode steps."""

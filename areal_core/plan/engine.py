@@ -257,12 +257,19 @@ class SimulatedServer:
 
     def _seconds(self, steps: int, running: int, context: int, first: float) -> float:
         """Seconds of `steps` decode steps of `running` requests from `context` KV tokens (each step adds one token
-        to each), the first also taking `first` seconds more (its prefill, the requests that join)."""
+        to each), the first also taking `first` seconds more (its prefill and the requests that join, already
+        slowed by the shared hardware: `_first_seconds`)."""
         if steps <= 0:
             return 0.0
         costs = self.costs
-        return self._factor * (steps * (costs.step_s + costs.sequence_s * running) + first
-                               + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
+        return first + self._factor * (steps * (costs.step_s + costs.sequence_s * running)
+                                       + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
+
+    def _first_seconds(self, prefill: int, joining: int) -> float:
+        """What the first step takes beyond a decode step: its prefill (slowed as decode steps are) and the work of
+        the requests that join (slowed as the rollout path's work is, plan/colocation.py)."""
+        request_factor = self.hardware.request_factor() if self.hardware is not None else 1.0
+        return self._factor * self.costs.prefill_token_s * prefill + request_factor * self.costs.request_s * joining
 
     async def _step(self) -> None:
         """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request
@@ -271,11 +278,11 @@ class SimulatedServer:
         batch = list(self.running)
         running, context = len(batch), sum(item.context for item in batch)
         prefill = sum(item.context for item in batch if not item.cached)
-        first = self.costs.prefill_token_s * prefill + self.costs.request_s * sum(not item.joined for item in batch)
         horizon = min(item.target - item.generated for item in batch)
         room = (self.costs.kv_tokens - context) // running   # steps until the cache is full
         horizon = max(1, min(horizon, room))
         self._factor = self.hardware.generation_factor() if self.hardware is not None else 1.0
+        first = self._first_seconds(prefill, sum(not item.joined for item in batch))
         started, planned = asyncio.get_running_loop().time(), self._seconds(horizon, running, context, first)
         self._bulk = (started, planned)
         self._stepping = True

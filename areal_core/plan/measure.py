@@ -12,7 +12,8 @@ path (timed in the shared-hardware measurement); costs per token, per sequence a
 non-negative least squares of each batch's relative error. Request cost: a batch through the real rollout controller
 (the median of every one timed alone) against the same requests on the cost model's engine. Shared hardware: engine
 and trainer run on this one machine, so a batch through the controller is timed again while the trainer works in a
-thread, and a training step on what the run would train of that batch while such batches run (plan/colocation.py). How
+thread (and its requests on the engine alone, alone and alongside: decode steps and a request's work on the path slow
+apart), and a training step on what the run would train of that batch while such batches run (plan/colocation.py). How
 much they slow each other depends on the responses' lengths (short ones are mostly per-request work in the
 interpreter, which the trainer's thread waits on; long ones mostly decode steps, which run beside it): with `lengths`
 (a run's, as `areal plan --lengths` takes them) every response of these batches is as long as the workload draws it,
@@ -250,6 +251,7 @@ class _Batches:
         self.rollout_engine = engine if lengths is None else LengthPinnedEngine(engine, lengths)
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
+        self.last_trajectories: list[Trajectory] = []   # of the latest batch through the controller
 
     async def through_controller(self) -> tuple[float, list[Group]]:
         from areal_core.rl.rollout import RolloutController
@@ -264,6 +266,7 @@ class _Batches:
             seconds = time.perf_counter() - started
         finally:
             await controller.stop()
+        self.last_trajectories = [t for g in groups for t in g.trajectories]
         return seconds, groups
 
     async def engine_alone(self, trajectories: list[Trajectory]) -> float:
@@ -341,15 +344,16 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
 
 async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
                           ) -> tuple[dict[str, float], dict[str, Any]]:
-    """How much generation and training slow each other on this machine: a batch of the run through its rollout
-    path timed alone and while training steps run back to back in a thread (as the run loop runs them), a training
-    step alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
-    ratios of the medians (>= 1). Alone and shared are timed in turn, so that the machine's drift over the minute
-    falls on both. The training steps train on what the run would train of a batch the rollout path made
-    (`trained_share`), so that they have the run's shape (how many sequences, how long): per-sequence work holds the
-    interpreter lock longer than the per-token work of long sequences, and the local engine runs in the trainer's
-    process (a profile that trained on the whole batch where the run trained 40% of it read generation less slowed,
-    1.34-1.41x against 1.43-1.51x)."""
+    """How much generation and training slow each other on this machine: a batch of the run through its rollout path
+    timed alone and while training steps run back to back in a thread (as the run loop runs them), a training step
+    alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
+    ratios of the medians (>= 1), generation's split into decode steps and a request's work by timing the batch's
+    requests on the engine alone too (`split_generation_slowdown`). Alone and shared are timed in turn, so that the
+    machine's drift over the minute falls on both. The training steps train on what the run would train of a batch
+    the rollout path made (`trained_share`), so that they have the run's shape (how many sequences, how long):
+    per-sequence work holds the interpreter lock longer than the per-token work of long sequences, and the local engine
+    runs in the trainer's process (a profile that trained on the whole batch where the run trained 40% of it read
+    generation less slowed, 1.34-1.41x against 1.43-1.51x)."""
     in_flight = max(1, config.rollout.max_staleness + 1)
     run_batch: list[Trajectory] = []
 
@@ -386,20 +390,44 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
             stop.set()
             await other   # its work in progress ends (a thread cannot be cancelled)
 
-    alone_g, shared_g, alone_t, shared_t = [], [], [], []
+    async def engine() -> float:   # the first batch's requests on the engine alone: the decode steps of the path
+        return await batches.engine_alone(first_batch)
+
+    alone_g, shared_g, alone_t, shared_t, alone_e, shared_e = [], [], [], [], [], []
+    first_batch: list[Trajectory] = []
     for _ in range(repeats):
         alone_g.append(await generation())
+        first_batch = first_batch or batches.last_trajectories
         shared_g.append(await alongside(generation, training))
+        alone_e.append(await engine())
+        shared_e.append(await alongside(engine, training))
         alone_t.append(await training(alone_phases))
         shared_t.append(await alongside(training, generation_as_run))
-    slowdowns = {"generation_slowdown": max(1.0, statistics.median(shared_g) / statistics.median(alone_g)),
-                 "training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
+    median = statistics.median
+    slowdowns = {**split_generation_slowdown(median(alone_g), median(shared_g), median(alone_e), median(shared_e)),
+                 "training_slowdown": max(1.0, median(shared_t) / median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
+                       "engine_alone_s": alone_e, "engine_alongside_training_s": shared_e,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
                        "training_alone_phases_s": alone_phases,
                        "training_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in run_batch),
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
+
+
+def split_generation_slowdown(path_alone: float, path_shared: float, engine_alone: float, engine_shared: float
+                              ) -> dict[str, float]:
+    """How much the trainer slows decode steps and the rest of the rollout path, apart: a batch through the path
+    (seconds alone, alongside training) and its requests on the engine alone (the same). The engine's ratio is the
+    decode steps'; the path's seconds beyond the engine's are a request's work (rendering, tokenizing, scoring, in the
+    interpreter), which waits for the interpreter lock the trainer's thread holds, so slows more. Where the path takes
+    no longer than the engine (nothing measurable beyond it), both are the path's ratio."""
+    path = max(1.0, path_shared / path_alone)
+    beyond, beyond_shared = path_alone - engine_alone, path_shared - engine_shared
+    if beyond <= 0.05 * path_alone or beyond_shared <= 0:
+        return {"generation_slowdown": path, "request_slowdown": path}
+    return {"generation_slowdown": max(1.0, engine_shared / engine_alone),
+            "request_slowdown": max(1.0, beyond_shared / beyond)}
 
 
 def run_sample(shared: dict[str, Any]) -> dict[str, Any]:

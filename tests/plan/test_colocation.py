@@ -53,6 +53,31 @@ def test_a_trainer_phase_stretches_while_generation_runs_and_decode_steps_slow_w
     assert generated == pytest.approx(9.0) and len(output.output_ids) == 4
 
 
+@pytest.mark.parametrize("request_slowdown, done", [(3.0, 3 * 10 + 2 * 1 + 2 * 1), (None, 2 * 10 + 2 * 1 + 2 * 1)])
+def test_a_joining_requests_work_slows_by_the_request_slowdown_and_its_decode_steps_by_the_generation_slowdown(
+        request_slowdown, done):
+    # while the trainer works: the request's 10 s of work on the rollout path x3 (x2, as decode steps, in a profile
+    # without request_slowdown), then 2 decode steps of 1 s x2
+    shared = SharedCosts(generation_slowdown=2.0, training_slowdown=1.0, request_slowdown=request_slowdown)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        hardware = SharedHardware(shared)
+        server = SimulatedServer(GenerationCosts(step_s=1.0, request_s=10.0), hardware=hardware).start()
+        training = asyncio.ensure_future(hardware.train(1000.0))
+        try:
+            await asyncio.sleep(0)
+            assert hardware.training and hardware.request_factor() == (request_slowdown or 2.0)
+            await server.generate(request("a", 1, 2))
+            return loop.time()
+        finally:
+            training.cancel()
+            await server.close()
+
+    assert run_virtual(main()) == pytest.approx(done)
+    assert SharedHardware(shared).request_factor() == 1.0   # the trainer idle: nothing slows
+
+
 def test_without_shared_hardware_nothing_slows():
     async def main():
         loop = asyncio.get_running_loop()
@@ -140,13 +165,19 @@ def test_a_simulated_run_on_shared_hardware_is_slower_asynchronously_and_the_sam
 def test_a_profile_keeps_its_shared_costs_and_refuses_a_speed_up(tmp_path):
     profile = {"name": "cpu", "generation": {"step_s": 0.01, "request_s": 0.001},
                "training": {"proximal_token_s": 1e-5, "update_token_s": 3e-5, "update_sequence_s": 1e-4},
-               "shared": {"generation_slowdown": 1.5, "training_slowdown": 2.0}}
+               "shared": {"generation_slowdown": 1.5, "training_slowdown": 2.0, "request_slowdown": 2.5}}
     path = tmp_path / "cpu.yaml"
     path.write_text(yaml.safe_dump(profile))
     loaded = load_profile(path)
-    assert loaded.shared == SharedCosts(1.5, 2.0) and loaded.cluster(1, 1).shared == SharedCosts(1.5, 2.0)
+    assert loaded.shared == SharedCosts(1.5, 2.0, 2.5) and loaded.cluster(1, 1).shared == SharedCosts(1.5, 2.0, 2.5)
     assert loaded.generation.request_s == 0.001 and loaded.training.update_sequence_s == 1e-4
     assert load_profile(loaded.save(tmp_path / "again.yaml")) == loaded
     path.write_text(yaml.safe_dump({**profile, "shared": {"generation_slowdown": 0.5}}))
     with pytest.raises(ConfigError, match=f"profile {path}: shared: generation_slowdown must be >= 1"):
         load_profile(path)
+    path.write_text(yaml.safe_dump({**profile, "shared": {"request_slowdown": 0.9}}))
+    with pytest.raises(ConfigError, match=f"profile {path}: shared: request_slowdown must be >= 1"):
+        load_profile(path)
+    # a profile measured before request_slowdown: a request's work slows as decode steps do
+    path.write_text(yaml.safe_dump({**profile, "shared": {"generation_slowdown": 1.5, "training_slowdown": 2.0}}))
+    assert load_profile(path).shared.request_slowdown is None

@@ -11,7 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from areal_core.errors import ConfigError
-from areal_core.plan.measure import fit_training, run_sample
+from areal_core.plan.measure import fit_training, run_sample, split_generation_slowdown
 from areal_core.plan.planner import scenarios
 from areal_core.plan.profile import load_profile
 from areal_core.rl.config import TrainConfig
@@ -122,6 +122,24 @@ def test_the_training_fit_counts_a_small_batch_as_much_as_the_large_ones():
     assert all(value >= 0 for value in fitted.values())
 
 
+def test_decode_steps_and_a_requests_work_slow_apart_beside_the_trainer():
+    """The CPU demo's batch on this machine (2026-12-06): through the rollout path 0.382 s alone, 0.519 s beside
+    training; its requests on the engine alone 0.233 s and 0.282 s. Decode steps slow 1.21x; the path's work beyond
+    the engine (0.149 s, Python that waits for the interpreter lock) 1.59x, where one factor for both read 1.36x."""
+    split = split_generation_slowdown(0.382, 0.519, 0.233, 0.282)
+    assert split["generation_slowdown"] == pytest.approx(0.282 / 0.233)
+    assert split["request_slowdown"] == pytest.approx((0.519 - 0.282) / (0.382 - 0.233))
+    # both together still take what the batch took beside training
+    assert (0.233 * split["generation_slowdown"] + (0.382 - 0.233) * split["request_slowdown"]
+            == pytest.approx(0.519))
+    # nothing measurable beyond the engine (the path no slower than the engine alone): the path's ratio for both
+    assert split_generation_slowdown(0.300, 0.360, 0.299, 0.330) == pytest.approx(
+        {"generation_slowdown": 1.2, "request_slowdown": 1.2})
+    # never a speed-up
+    assert split_generation_slowdown(0.4, 0.44, 0.2, 0.19) == pytest.approx(
+        {"generation_slowdown": 1.0, "request_slowdown": 1.25})
+
+
 def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_batch():
     from types import SimpleNamespace
 
@@ -186,7 +204,14 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     assert modelled > 0 and (generation.request_s == 0 and modelled >= measured or generation.request_s
                              == pytest.approx((measured - modelled) / timings["requests"]["requests"]))
     # engine and trainer share this machine: each timed alone and beside the other
-    assert profile.shared is not None and profile.shared.generation_slowdown >= 1 and profile.shared.training_slowdown >= 1
+    shared = profile.shared
+    assert shared is not None and shared.generation_slowdown >= 1 and shared.training_slowdown >= 1
+    # decode steps and a request's work apart: the batch's requests on the engine alone, alone and beside training
+    assert len(timings["shared"]["engine_alone_s"]) == len(timings["shared"]["engine_alongside_training_s"]) == 2
+    assert shared.request_slowdown is not None and shared.request_slowdown >= 1
+    assert {"generation_slowdown": shared.generation_slowdown, "request_slowdown": shared.request_slowdown} == \
+        pytest.approx(split_generation_slowdown(*(statistics.median(timings["shared"][key]) for key in (
+            "generation_alone_s", "generation_alongside_training_s", "engine_alone_s", "engine_alongside_training_s"))))
     assert "shared hardware:" in result.stdout
     # every response of those batches as long as the lengths say (EOS ignored), trained on as the run trains
     assert timings["shared"]["response_tokens_mean"] == 3
