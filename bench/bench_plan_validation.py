@@ -6,7 +6,8 @@
 2. The workload: the first synchronous run; its response lengths (metrics.jsonl, `areal plan --lengths RUN_DIR`),
    its reward rate and its share of uniform groups (which the step loop skips, so they set what is trained) are the
    workload every prediction takes. Nothing else of a measured run goes in.
-3. `areal plan profile --lengths RUN_DIR` measures this machine with the benches' config (the embedded model, the
+3. `areal plan profile --lengths RUN_DIR`, halfway through the measured runs (so that the machine's drift over the
+   sitting falls on both sides of it), measures this machine with the benches' config (the embedded model, the
    local engine and trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much
    generation and training slow each other on the shared cores (on batches of the workload's lengths), reward
    latency. Each configuration is then predicted: a simulated run of the real controller on the profile's costs.
@@ -88,13 +89,20 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         measured: dict[str, list[float]] = {name: [] for name in runs}
         workload_run = None
-        for repeat in range(args.repeats):
-            for name, (overrides, sync) in runs.items():
-                run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
-                metrics = training_runs.read_run(run_dir)["metrics"]
-                measured[name].append(training_runs.steady_throughput(metrics, args.skip))
-                workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
 
+        def measure(repeats: range) -> None:
+            nonlocal workload_run
+            for repeat in repeats:
+                for name, (overrides, sync) in runs.items():
+                    run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
+                    metrics = training_runs.read_run(run_dir)["metrics"]
+                    measured[name].append(training_runs.steady_throughput(metrics, args.skip))
+                    workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
+
+        # the profile halfway through the measured runs: a machine whose speed drifts over the sitting drifts alike
+        # on both sides of it (profiled after all the runs, a slower hour read every prediction 13-17% low)
+        half = max(1, args.repeats // 2)
+        measure(range(half))
         # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run
         # they plan (how much engine and trainer slow each other on these cores depends on them)
         profile = out / "profile.yaml"
@@ -105,6 +113,7 @@ def main() -> None:
                                   "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
                                  check=True, capture_output=True, text=True).stdout
         print(printed, flush=True)
+        measure(range(half, args.repeats))
 
         predicted = {}
         for name, (overrides, sync) in runs.items():
