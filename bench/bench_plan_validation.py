@@ -101,7 +101,7 @@ def main() -> None:
 
         # the profile halfway through the measured runs: a machine whose speed drifts over the sitting drifts alike
         # on both sides of it (profiled after all the runs, a slower hour read every prediction 13-17% low)
-        half = max(1, args.repeats // 2)
+        half = (args.repeats + 1) // 2   # (with one repeat: after it)
         measure(range(half))
         # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run
         # they plan (how much engine and trainer slow each other on these cores depends on them)

@@ -32,12 +32,18 @@ class SharedCosts:
 
     generation_slowdown: float = 1.0
     training_slowdown: float = 1.0
-    request_slowdown: float | None = None   # None: generation_slowdown
+    request_slowdown: float | None = None   # None (a profile measured before it): as generation_slowdown
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if value is not None and not value >= 1.0:
                 raise ValueError(f"{name} must be >= 1 (a share of the hardware is never faster), got {value}")
+
+    @property
+    def requests(self) -> float:
+        """A request's work's slowdown on the rollout path: request_slowdown, or in a profile measured before it,
+        generation_slowdown."""
+        return self.generation_slowdown if self.request_slowdown is None else self.request_slowdown
 
 
 class SharedHardware:
@@ -60,10 +66,7 @@ class SharedHardware:
 
     def request_factor(self) -> float:
         """The slowdown of a request's work on the rollout path now."""
-        if not self.training:
-            return 1.0
-        request = self.costs.request_slowdown
-        return self.costs.generation_slowdown if request is None else request
+        return self.costs.requests if self.training else 1.0
 
     def decoding(self, server: Any, busy: bool) -> None:
         """A server began (busy) or ended its decode steps."""

@@ -78,9 +78,8 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
     click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} at once")
     if profile.shared is not None:
         shared = profile.shared
-        request = shared.generation_slowdown if shared.request_slowdown is None else shared.request_slowdown
         click.echo(f"shared hardware: decode steps {shared.generation_slowdown:.2f}x and a request's work on the "
-                   f"rollout path {request:.2f}x slower while the trainer works, training "
+                   f"rollout path {shared.requests:.2f}x slower while the trainer works, training "
                    f"{shared.training_slowdown:.2f}x slower while generation runs")
     click.echo(f"profile: {output}")
 

@@ -266,10 +266,12 @@ class SimulatedServer:
                                        + costs.context_token_s * (steps * context + running * steps * (steps - 1) // 2))
 
     def _first_seconds(self, prefill: int, joining: int) -> float:
-        """What the first step takes beyond a decode step: its prefill (slowed as decode steps are) and the work of
-        the requests that join (slowed as the rollout path's work is, plan/colocation.py)."""
-        request_factor = self.hardware.request_factor() if self.hardware is not None else 1.0
-        return self._factor * self.costs.prefill_token_s * prefill + request_factor * self.costs.request_s * joining
+        """What the first step takes beyond a decode step now: its prefill (slowed as decode steps are) and the work
+        of the requests that join (slowed as the rollout path's work is, plan/colocation.py)."""
+        if self.hardware is None:
+            return self.costs.prefill_token_s * prefill + self.costs.request_s * joining
+        return (self.hardware.generation_factor() * self.costs.prefill_token_s * prefill
+                + self.hardware.request_factor() * self.costs.request_s * joining)
 
     async def _step(self) -> None:
         """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request

@@ -324,8 +324,12 @@ def request_cost(timings: dict[str, Any], more_batches: list[float]) -> float:
     sharing measurement's, the same prompts and, with `lengths`, the same response lengths), as the same batch timed
     a minute apart read up to 20% apart; the model's engine, not the real one alone, so that a simulated batch through
     the controller takes what the measured ones took, whatever the decode model's error at this batch's shape."""
-    batches = [*timings["controller_s"], *more_batches]
-    return max(0.0, (statistics.median(batches) - timings["engine_modelled_s"]) / max(1, timings["requests"]))
+    return max(0.0, (batch_seconds(timings, more_batches) - timings["engine_modelled_s"]) / max(1, timings["requests"]))
+
+
+def batch_seconds(timings: dict[str, Any], more_batches: list[float]) -> float:
+    """Seconds a batch takes through the rollout path alone: the median of every one timed (`request_cost`)."""
+    return statistics.median([*timings["controller_s"], *more_batches])
 
 
 def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None) -> list[Trajectory]:
@@ -347,8 +351,9 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     """How much generation and training slow each other on this machine: a batch of the run through its rollout path
     timed alone and while training steps run back to back in a thread (as the run loop runs them), a training step
     alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
-    ratios of the medians (>= 1), generation's split into decode steps and a request's work by timing the batch's
-    requests on the engine alone too (`split_generation_slowdown`). Alone and shared are timed in turn, so that the
+    ratios of the medians (>= 1); the batch's requests are timed on the engine alone too, alone and beside training,
+    for generation's slowdown split into decode steps and a request's work (`split_generation_slowdown`, once a
+    request's cost is known). Alone and shared are timed in turn, so that the
     machine's drift over the minute falls on both. The training steps train on what the run would train of a batch
     the rollout path made (`trained_share`), so that they have the run's shape (how many sequences, how long):
     per-sequence work holds the interpreter lock longer than the per-token work of long sequences, and the local engine
@@ -390,11 +395,14 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
             stop.set()
             await other   # its work in progress ends (a thread cannot be cancelled)
 
-    async def engine() -> float:   # the first batch's requests on the engine alone: the decode steps of the path
+    # every batch through the controller is the same one (its request ids, seeds and pinned lengths are), so the
+    # first batch's requests stand for all: on the engine alone they are the path's decode steps
+    first_batch: list[Trajectory] = []
+
+    async def engine() -> float:
         return await batches.engine_alone(first_batch)
 
     alone_g, shared_g, alone_t, shared_t, alone_e, shared_e = [], [], [], [], [], []
-    first_batch: list[Trajectory] = []
     for _ in range(repeats):
         alone_g.append(await generation())
         first_batch = first_batch or batches.last_trajectories
@@ -404,8 +412,9 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         alone_t.append(await training(alone_phases))
         shared_t.append(await alongside(training, generation_as_run))
     median = statistics.median
-    slowdowns = {**split_generation_slowdown(median(alone_g), median(shared_g), median(alone_e), median(shared_e)),
-                 "training_slowdown": max(1.0, median(shared_t) / median(alone_t))}
+    # generation's slowdown is split once a request's cost is known (split_generation_slowdown in measure_profile)
+    slowdowns = {"training_slowdown": max(1.0, median(shared_t) / median(alone_t)),
+                 "engine_ratio": median(shared_e) / median(alone_e)}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
                        "engine_alone_s": alone_e, "engine_alongside_training_s": shared_e,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
@@ -415,19 +424,27 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
 
-def split_generation_slowdown(path_alone: float, path_shared: float, engine_alone: float, engine_shared: float
+def split_generation_slowdown(path_alone: float, path_shared: float, engine_ratio: float, modelled_engine: float
                               ) -> dict[str, float]:
-    """How much the trainer slows decode steps and the rest of the rollout path, apart: a batch through the path
-    (seconds alone, alongside training) and its requests on the engine alone (the same). The engine's ratio is the
-    decode steps'; the path's seconds beyond the engine's are a request's work (rendering, tokenizing, scoring, in the
-    interpreter), which waits for the interpreter lock the trainer's thread holds, so slows more. Where the path takes
-    no longer than the engine (nothing measurable beyond it), both are the path's ratio."""
+    """How much the trainer slows decode steps and the rest of the rollout path, apart. A batch through the path takes
+    `path_alone` seconds alone (what `request_cost` calibrates a simulated batch to) and `path_shared` beside training;
+    its requests on the engine alone slow `engine_ratio` times beside training: the decode steps' slowdown. A
+    request's work (rendering, tokenizing, scoring: Python that waits for the interpreter lock the trainer's thread
+    holds) slows by what is left, so that a simulated batch beside training, the model's `modelled_engine` seconds of
+    decode steps slowed by the one and the rest by the other, takes `path_shared`. When one of the two would read a
+    speed-up it is 1 and the other takes the rest; when the path's work beyond the engine is too small to measure
+    (under a sixth of the batch), both are the path's ratio."""
     path = max(1.0, path_shared / path_alone)
-    beyond, beyond_shared = path_alone - engine_alone, path_shared - engine_shared
-    if beyond <= 0.05 * path_alone or beyond_shared <= 0:
+    beyond = path_alone - modelled_engine
+    if beyond <= path_alone / 6:
         return {"generation_slowdown": path, "request_slowdown": path}
-    return {"generation_slowdown": max(1.0, engine_shared / engine_alone),
-            "request_slowdown": max(1.0, beyond_shared / beyond)}
+    generation = max(1.0, engine_ratio)
+    request = (path_shared - modelled_engine * generation) / beyond
+    if request < 1.0:
+        if modelled_engine > 0:
+            generation = max(1.0, (path_shared - beyond) / modelled_engine)
+        request = 1.0
+    return {"generation_slowdown": generation, "request_slowdown": request}
 
 
 def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
@@ -506,6 +523,10 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
+                        shared.update(split_generation_slowdown(
+                            batch_seconds(raw["requests"], raw["shared"]["generation_alone_s"]),
+                            statistics.median(raw["shared"]["generation_alongside_training_s"]),
+                            shared.pop("engine_ratio"), raw["requests"]["engine_modelled_s"]))
                         # the training costs fitted again with the run's own batch among the samples
                         training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config))
                         rewards = await measure_rewards(config, service)

@@ -19,8 +19,9 @@
     rewards: {mean_s: 0.05, p99_s: 0.5, workers: 64, correct_rate: 0.5}
     shared:                            # only when generation and training share their hardware (one CPU machine)
       generation_slowdown: 1.6         # a decode step's cost multiplied while the trainer works
-      request_slowdown: 2.0            # a request's work on the rollout path (request_s), the same (default: as decode)
       training_slowdown: 1.3           # the trainer's, while generation runs (SharedCosts, plan/colocation.py)
+      request_slowdown: 2.0            # a request's work on the rollout path (request_s) while the trainer works
+                                       # (default: generation_slowdown)
     sources:                           # where each number comes from: a measurement, a paper, a benchmark
       generation.step_s: "measured by areal plan profile on ..."
 

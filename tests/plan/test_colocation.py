@@ -53,17 +53,18 @@ def test_a_trainer_phase_stretches_while_generation_runs_and_decode_steps_slow_w
     assert generated == pytest.approx(9.0) and len(output.output_ids) == 4
 
 
-@pytest.mark.parametrize("request_slowdown, done", [(3.0, 3 * 10 + 2 * 1 + 2 * 1), (None, 2 * 10 + 2 * 1 + 2 * 1)])
-def test_a_joining_requests_work_slows_by_the_request_slowdown_and_its_decode_steps_by_the_generation_slowdown(
+@pytest.mark.parametrize("request_slowdown, done", [(3.0, 3 * 10 + 2 * 1 + 2 * 2), (None, 2 * 10 + 2 * 1 + 2 * 2)])
+def test_a_joining_requests_work_slows_by_the_request_slowdown_its_prefill_and_decode_steps_by_the_generation_slowdown(
         request_slowdown, done):
     # while the trainer works: the request's 10 s of work on the rollout path x3 (x2, as decode steps, in a profile
-    # without request_slowdown), then 2 decode steps of 1 s x2
+    # without request_slowdown), its prefill of 1 s and its 2 decode steps of 1 s x2
     shared = SharedCosts(generation_slowdown=2.0, training_slowdown=1.0, request_slowdown=request_slowdown)
 
     async def main():
         loop = asyncio.get_running_loop()
         hardware = SharedHardware(shared)
-        server = SimulatedServer(GenerationCosts(step_s=1.0, request_s=10.0), hardware=hardware).start()
+        server = SimulatedServer(GenerationCosts(step_s=1.0, request_s=10.0, prefill_token_s=1.0),
+                                 hardware=hardware).start()
         training = asyncio.ensure_future(hardware.train(1000.0))
         try:
             await asyncio.sleep(0)
@@ -76,6 +77,28 @@ def test_a_joining_requests_work_slows_by_the_request_slowdown_and_its_decode_st
 
     assert run_virtual(main()) == pytest.approx(done)
     assert SharedHardware(shared).request_factor() == 1.0   # the trainer idle: nothing slows
+
+
+def test_when_the_trainer_stops_during_a_requests_first_step_that_step_ends_as_planned_and_the_next_are_faster():
+    shared = SharedCosts(generation_slowdown=2.0, training_slowdown=1.0, request_slowdown=3.0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        hardware = SharedHardware(shared)
+        server = SimulatedServer(GenerationCosts(step_s=1.0, request_s=10.0), hardware=hardware).start()
+        training = asyncio.ensure_future(hardware.train(5.0))
+        try:
+            await asyncio.sleep(0)
+            await server.generate(request("a", 1, 4))
+            await training
+            return loop.time(), server.stats
+        finally:
+            await server.close()
+
+    done, stats = run_virtual(main())
+    # the first step, begun while the trainer works: 3 x 10 + 2 x 1 = 32 s, though the trainer stops at 5; then 3
+    # steps of 1 s, alone, the request's work not paid again
+    assert done == pytest.approx(32.0 + 3.0) and stats.steps == 4
 
 
 def test_without_shared_hardware_nothing_slows():
@@ -180,4 +203,6 @@ def test_a_profile_keeps_its_shared_costs_and_refuses_a_speed_up(tmp_path):
         load_profile(path)
     # a profile measured before request_slowdown: a request's work slows as decode steps do
     path.write_text(yaml.safe_dump({**profile, "shared": {"generation_slowdown": 1.5, "training_slowdown": 2.0}}))
-    assert load_profile(path).shared.request_slowdown is None
+    older = load_profile(path)
+    assert older.shared == SharedCosts(1.5, 2.0) and older.shared.request_slowdown is None
+    assert older.shared.requests == 1.5 and load_profile(older.save(tmp_path / "older.yaml")) == older
