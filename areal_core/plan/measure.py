@@ -414,7 +414,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
     median = statistics.median
     # generation's slowdown is split once a request's cost is known (split_generation_slowdown in measure_profile)
     slowdowns = {"training_slowdown": max(1.0, median(shared_t) / median(alone_t)),
-                 "engine_ratio": median(shared_e) / median(alone_e)}
+                 "path_ratio": median(shared_g) / median(alone_g), "engine_ratio": median(shared_e) / median(alone_e)}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
                        "engine_alone_s": alone_e, "engine_alongside_training_s": shared_e,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
@@ -424,26 +424,24 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
 
-def split_generation_slowdown(path_alone: float, path_shared: float, engine_ratio: float, modelled_engine: float
+def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: float, modelled_engine_s: float
                               ) -> dict[str, float]:
-    """How much the trainer slows decode steps and the rest of the rollout path, apart. A batch through the path takes
-    `path_alone` seconds alone (what `request_cost` calibrates a simulated batch to) and `path_shared` beside training;
-    its requests on the engine alone slow `engine_ratio` times beside training: the decode steps' slowdown. A
+    """How much the trainer slows decode steps and the rest of the rollout path, apart. A batch through the path slows
+    `path_ratio` times beside training, its requests on the engine alone `engine_ratio` times: the decode steps'
+    slowdown (each ratio of timings taken in turn, so that the machine's drift falls on both sides). A simulated batch
+    takes `batch_s` alone (what `request_cost` calibrates it to), `modelled_engine_s` of it decode steps and the rest a
     request's work (rendering, tokenizing, scoring: Python that waits for the interpreter lock the trainer's thread
-    holds) slows by what is left, so that a simulated batch beside training, the model's `modelled_engine` seconds of
-    decode steps slowed by the one and the rest by the other, takes `path_shared`. When one of the two would read a
-    speed-up it is 1 and the other takes the rest; when the path's work beyond the engine is too small to measure
-    (under a sixth of the batch), both are the path's ratio."""
-    path = max(1.0, path_shared / path_alone)
-    beyond = path_alone - modelled_engine
-    if beyond <= path_alone / 6:
+    holds), which slows by what is left, so that the simulated batch slows as the measured one did. When one of the two
+    would read a speed-up it is 1 and the other takes the rest; when the work beyond the engine is too small to
+    measure apart (a sixth of the batch or less), both are the path's ratio."""
+    path = max(1.0, path_ratio)
+    beyond = batch_s - modelled_engine_s
+    if beyond <= batch_s / 6:
         return {"generation_slowdown": path, "request_slowdown": path}
     generation = max(1.0, engine_ratio)
-    request = (path_shared - modelled_engine * generation) / beyond
-    if request < 1.0:
-        if modelled_engine > 0:
-            generation = max(1.0, (path_shared - beyond) / modelled_engine)
-        request = 1.0
+    request = (path * batch_s - modelled_engine_s * generation) / beyond
+    if request < 1.0:   # then modelled_engine_s > 0 (without decode steps, request is the path's ratio)
+        request, generation = 1.0, max(1.0, (path * batch_s - beyond) / modelled_engine_s)
     return {"generation_slowdown": generation, "request_slowdown": request}
 
 
@@ -524,9 +522,9 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
                         shared.update(split_generation_slowdown(
+                            shared.pop("path_ratio"), shared.pop("engine_ratio"),
                             batch_seconds(raw["requests"], raw["shared"]["generation_alone_s"]),
-                            statistics.median(raw["shared"]["generation_alongside_training_s"]),
-                            shared.pop("engine_ratio"), raw["requests"]["engine_modelled_s"]))
+                            raw["requests"]["engine_modelled_s"]))
                         # the training costs fitted again with the run's own batch among the samples
                         training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config))
                         rewards = await measure_rewards(config, service)

@@ -126,24 +126,24 @@ def test_decode_steps_and_a_requests_work_slow_apart_beside_the_trainer():
     """The CPU demo's batch on this machine (2026-12-06): through the rollout path 0.382 s alone, 0.519 s beside
     training (one factor for both: 1.36x); its requests on the engine alone 1.21x slower beside training; the cost
     model's engine takes 0.2 s of it. Decode steps slow 1.21x, a request's work (Python that waits for the interpreter
-    lock) the rest: a simulated batch, the model's decode steps slowed by the one and the rest by the other, takes
-    what the measured one took beside training."""
-    def simulated(split: dict[str, float], alone: float, modelled: float) -> float:
-        return modelled * split["generation_slowdown"] + (alone - modelled) * split["request_slowdown"]
+    lock) the rest: a simulated batch, the model's decode steps slowed by the one and the rest by the other, slows as
+    the measured one did."""
+    def simulated(split: dict[str, float], batch: float, modelled: float) -> float:
+        return modelled * split["generation_slowdown"] + (batch - modelled) * split["request_slowdown"]
 
-    split = split_generation_slowdown(0.382, 0.519, 0.282 / 0.233, 0.2)
+    split = split_generation_slowdown(0.519 / 0.382, 0.282 / 0.233, 0.382, 0.2)
     assert split["generation_slowdown"] == pytest.approx(0.282 / 0.233)
     assert split["request_slowdown"] > 1.5 and simulated(split, 0.382, 0.2) == pytest.approx(0.519)
     # the engine alone read a speed-up: decode steps 1, the rest takes the batch's slowdown
-    split = split_generation_slowdown(0.4, 0.44, 0.95, 0.2)
+    split = split_generation_slowdown(1.1, 0.95, 0.4, 0.2)
     assert split == pytest.approx({"generation_slowdown": 1.0, "request_slowdown": 1.2})
     assert simulated(split, 0.4, 0.2) == pytest.approx(0.44)
     # the engine slowed more than the whole batch did: a request's work 1, decode steps take the slowdown
-    split = split_generation_slowdown(0.4, 0.44, 1.5, 0.2)
+    split = split_generation_slowdown(1.1, 1.5, 0.4, 0.2)
     assert split == pytest.approx({"generation_slowdown": 1.2, "request_slowdown": 1.0})
     assert simulated(split, 0.4, 0.2) == pytest.approx(0.44)
-    # too little beyond the engine to tell apart (under a sixth of the batch): the batch's ratio for both
-    assert split_generation_slowdown(0.300, 0.360, 1.1, 0.29) == pytest.approx(
+    # too little beyond the engine to tell apart (a sixth of the batch or less): the batch's ratio for both
+    assert split_generation_slowdown(1.2, 1.1, 0.300, 0.29) == pytest.approx(
         {"generation_slowdown": 1.2, "request_slowdown": 1.2})
 
 
@@ -216,12 +216,12 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     # decode steps and a request's work apart: the batch's requests on the engine alone, alone and beside training
     assert len(timings["shared"]["engine_alone_s"]) == len(timings["shared"]["engine_alongside_training_s"]) == 2
     assert shared.request_slowdown is not None and shared.request_slowdown >= 1
-    # split so that a simulated batch beside training takes what the measured ones took
-    alone = statistics.median(timings["requests"]["controller_s"] + timings["shared"]["generation_alone_s"])
-    beside = statistics.median(timings["shared"]["generation_alongside_training_s"])
-    if alone - modelled > alone / 6:   # the path's work beyond the engine is large enough to measure apart
-        assert (modelled * shared.generation_slowdown + (alone - modelled) * shared.request_slowdown
-                == pytest.approx(max(alone, beside)))
+    # split so that a simulated batch beside training slows as the measured ones did (alone and beside in turn)
+    slowed = max(1.0, statistics.median(timings["shared"]["generation_alongside_training_s"])
+                 / statistics.median(timings["shared"]["generation_alone_s"]))
+    if measured - modelled > measured / 6:   # the path's work beyond the engine is large enough to measure apart
+        assert (modelled * shared.generation_slowdown + (measured - modelled) * shared.request_slowdown
+                == pytest.approx(slowed * measured))
     assert "a request's work on the rollout path" in result.stdout
     assert "shared hardware:" in result.stdout
     # every response of those batches as long as the lengths say (EOS ignored), trained on as the run trains
