@@ -90,9 +90,9 @@ def main() -> None:
         measured: dict[str, list[float]] = {name: [] for name in runs}
         workload_run = None
 
-        def measure(repeats: range) -> None:
+        def measure(rounds: range) -> None:
             nonlocal workload_run
-            for repeat in repeats:
+            for repeat in rounds:
                 for name, (overrides, sync) in runs.items():
                     run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
                     metrics = training_runs.read_run(run_dir)["metrics"]
@@ -100,7 +100,8 @@ def main() -> None:
                     workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
 
         # the profile halfway through the measured runs: a machine whose speed drifts over the sitting drifts alike
-        # on both sides of it (profiled after all the runs, a slower hour read every prediction 13-17% low)
+        # on both sides of it (profiled after all the runs, in a slower minute, two sittings read every prediction
+        # 9-27% low)
         half = (args.repeats + 1) // 2   # (with one repeat: after it)
         measure(range(half))
         # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run

@@ -13,7 +13,7 @@ the trainer `training_slowdown` times its own while generation runs. Processor s
 
 The two generation factors differ on one CPU: a decode step is mostly torch, which runs beside the trainer's thread,
 while a request's work is Python that waits for the interpreter lock the trainer's thread holds between its kernels
-(measured on the CPU demo's batch: decode steps 1.21x, the rest of the rollout path 1.59x). A profile without
+(measured on the CPU demo's batch: decode steps 1.21x, the rest of the rollout path 1.52-1.59x). A profile without
 request_slowdown (before it was measured) slows both by generation_slowdown.
 
 A synchronous run never overlaps the two (its engine idles while the trainer works), so it pays neither; an
@@ -36,11 +36,13 @@ class SharedCosts:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if value is not None and not value >= 1.0:
+            if name == "request_slowdown" and value is None:   # a profile measured before it
+                continue
+            if not isinstance(value, (int, float)) or not value >= 1.0:
                 raise ValueError(f"{name} must be >= 1 (a share of the hardware is never faster), got {value}")
 
     @property
-    def requests(self) -> float:
+    def effective_request_slowdown(self) -> float:
         """A request's work's slowdown on the rollout path: request_slowdown, or in a profile measured before it,
         generation_slowdown."""
         return self.generation_slowdown if self.request_slowdown is None else self.request_slowdown
@@ -66,7 +68,7 @@ class SharedHardware:
 
     def request_factor(self) -> float:
         """The slowdown of a request's work on the rollout path now."""
-        return self.costs.requests if self.training else 1.0
+        return self.costs.effective_request_slowdown if self.training else 1.0
 
     def decoding(self, server: Any, busy: bool) -> None:
         """A server began (busy) or ended its decode steps."""

@@ -79,7 +79,7 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
     if profile.shared is not None:
         shared = profile.shared
         click.echo(f"shared hardware: decode steps {shared.generation_slowdown:.2f}x and a request's work on the "
-                   f"rollout path {shared.requests:.2f}x slower while the trainer works, training "
+                   f"rollout path {shared.effective_request_slowdown:.2f}x slower while the trainer works, training "
                    f"{shared.training_slowdown:.2f}x slower while generation runs")
     click.echo(f"profile: {output}")
 

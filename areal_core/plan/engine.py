@@ -268,10 +268,10 @@ class SimulatedServer:
     def _first_seconds(self, prefill: int, joining: int) -> float:
         """What the first step takes beyond a decode step now: its prefill (slowed as decode steps are) and the work
         of the requests that join (slowed as the rollout path's work is, plan/colocation.py)."""
-        if self.hardware is None:
-            return self.costs.prefill_token_s * prefill + self.costs.request_s * joining
-        return (self.hardware.generation_factor() * self.costs.prefill_token_s * prefill
-                + self.hardware.request_factor() * self.costs.request_s * joining)
+        hardware = self.hardware
+        generation, request = (1.0, 1.0) if hardware is None else (hardware.generation_factor(),
+                                                                    hardware.request_factor())
+        return generation * self.costs.prefill_token_s * prefill + request * self.costs.request_s * joining
 
     async def _step(self) -> None:
         """Decode steps until the next event: a request finishes or the KV cache fills (planned), or a request

@@ -349,16 +349,15 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
 async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
                           ) -> tuple[dict[str, float], dict[str, Any]]:
     """How much generation and training slow each other on this machine: a batch of the run through its rollout path
-    timed alone and while training steps run back to back in a thread (as the run loop runs them), a training step
-    alone and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the
-    ratios of the medians (>= 1); the batch's requests are timed on the engine alone too, alone and beside training,
-    for generation's slowdown split into decode steps and a request's work (`split_generation_slowdown`, once a
-    request's cost is known). Alone and shared are timed in turn, so that the
-    machine's drift over the minute falls on both. The training steps train on what the run would train of a batch
-    the rollout path made (`trained_share`), so that they have the run's shape (how many sequences, how long):
-    per-sequence work holds the interpreter lock longer than the per-token work of long sequences, and the local engine
-    runs in the trainer's process (a profile that trained on the whole batch where the run trained 40% of it read
-    generation less slowed, 1.34-1.41x against 1.43-1.51x)."""
+    timed alone and while training steps run back to back in a thread (as the run loop runs them), a training step alone
+    and while generation runs as the run keeps it (max_staleness + 1 batches at once, back to back); the ratios of the
+    medians (>= 1); the batch's requests are timed on the engine alone too, alone and beside training, for generation's
+    slowdown split into decode steps and a request's work (`split_generation_slowdown`, once a request's cost is known).
+    Alone and shared are timed in turn, so that the machine's drift over the minute falls on both. The training steps
+    train on what the run would train of a batch the rollout path made (`trained_share`), so that they have the run's
+    shape (how many sequences, how long): per-sequence work holds the interpreter lock longer than the per-token work of
+    long sequences, and the local engine runs in the trainer's process (a profile that trained on the whole batch where
+    the run trained 40% of it read generation less slowed, 1.34-1.41x against 1.43-1.51x)."""
     in_flight = max(1, config.rollout.max_staleness + 1)
     run_batch: list[Trajectory] = []
 
@@ -433,7 +432,7 @@ def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: f
     request's work (rendering, tokenizing, scoring: Python that waits for the interpreter lock the trainer's thread
     holds), which slows by what is left, so that the simulated batch slows as the measured one did. When one of the two
     would read a speed-up it is 1 and the other takes the rest; when the work beyond the engine is too small to
-    measure apart (a sixth of the batch or less), both are the path's ratio."""
+    measure apart (a sixth of the batch or less), both are the path's ratio (a path ratio under 1 reads 1)."""
     path = max(1.0, path_ratio)
     beyond = batch_s - modelled_engine_s
     if beyond <= batch_s / 6:

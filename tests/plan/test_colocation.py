@@ -201,8 +201,11 @@ def test_a_profile_keeps_its_shared_costs_and_refuses_a_speed_up(tmp_path):
     path.write_text(yaml.safe_dump({**profile, "shared": {"request_slowdown": 0.9}}))
     with pytest.raises(ConfigError, match=f"profile {path}: shared: request_slowdown must be >= 1"):
         load_profile(path)
+    path.write_text(yaml.safe_dump({**profile, "shared": {"generation_slowdown": None}}))   # only request's may be null
+    with pytest.raises(ConfigError, match=f"profile {path}: shared: generation_slowdown must be >= 1"):
+        load_profile(path)
     # a profile measured before request_slowdown: a request's work slows as decode steps do
     path.write_text(yaml.safe_dump({**profile, "shared": {"generation_slowdown": 1.5, "training_slowdown": 2.0}}))
     older = load_profile(path)
     assert older.shared == SharedCosts(1.5, 2.0) and older.shared.request_slowdown is None
-    assert older.shared.requests == 1.5 and load_profile(older.save(tmp_path / "older.yaml")) == older
+    assert older.shared.effective_request_slowdown == 1.5 and load_profile(older.save(tmp_path / "older.yaml")) == older

@@ -142,9 +142,16 @@ def test_decode_steps_and_a_requests_work_slow_apart_beside_the_trainer():
     split = split_generation_slowdown(1.1, 1.5, 0.4, 0.2)
     assert split == pytest.approx({"generation_slowdown": 1.2, "request_slowdown": 1.0})
     assert simulated(split, 0.4, 0.2) == pytest.approx(0.44)
-    # too little beyond the engine to tell apart (a sixth of the batch or less): the batch's ratio for both
-    assert split_generation_slowdown(1.2, 1.1, 0.300, 0.29) == pytest.approx(
+    # too little beyond the engine to tell apart (a sixth of the batch or less: 13% here): the batch's ratio for both
+    assert split_generation_slowdown(1.2, 1.1, 0.300, 0.26) == pytest.approx(
         {"generation_slowdown": 1.2, "request_slowdown": 1.2})
+    split = split_generation_slowdown(1.2, 1.1, 0.300, 0.24)   # 20%: apart
+    assert split["generation_slowdown"] == pytest.approx(1.1) and simulated(split, 0.3, 0.24) == pytest.approx(0.36)
+    # no decode steps in the model: the batch's slowdown is all a request's work
+    assert split_generation_slowdown(1.2, 1.1, 0.3, 0.0)["request_slowdown"] == pytest.approx(1.2)
+    # the batch read faster beside training (noise): nothing slows
+    assert split_generation_slowdown(0.9, 1.1, 0.3, 0.2) == pytest.approx(
+        {"generation_slowdown": 1.0, "request_slowdown": 1.0})
 
 
 def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_batch():
@@ -222,6 +229,10 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     if measured - modelled > measured / 6:   # the path's work beyond the engine is large enough to measure apart
         assert (modelled * shared.generation_slowdown + (measured - modelled) * shared.request_slowdown
                 == pytest.approx(slowed * measured))
+    else:
+        assert shared.generation_slowdown == shared.request_slowdown == pytest.approx(slowed)
+    assert {key for key in profile.sources if key.startswith("shared.")} == {
+        "shared.generation_slowdown", "shared.request_slowdown", "shared.training_slowdown"}
     assert "a request's work on the rollout path" in result.stdout
     assert "shared hardware:" in result.stdout
     # every response of those batches as long as the lengths say (EOS ignored), trained on as the run trains
