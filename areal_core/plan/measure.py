@@ -410,10 +410,8 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         shared_e.append(await alongside(engine, training))
         alone_t.append(await training(alone_phases))
         shared_t.append(await alongside(training, generation_as_run))
-    median = statistics.median
-    # generation's slowdown is split once a request's cost is known (split_generation_slowdown in measure_profile)
-    slowdowns = {"training_slowdown": max(1.0, median(shared_t) / median(alone_t)),
-                 "path_ratio": median(shared_g) / median(alone_g), "engine_ratio": median(shared_e) / median(alone_e)}
+    # generation's slowdown is split from these timings once a request's cost is known (shared_generation)
+    slowdowns = {"training_slowdown": max(1.0, statistics.median(shared_t) / statistics.median(alone_t))}
     return slowdowns, {"generation_alone_s": alone_g, "generation_alongside_training_s": shared_g,
                        "engine_alone_s": alone_e, "engine_alongside_training_s": shared_e,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
@@ -442,6 +440,17 @@ def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: f
     if request < 1.0:   # then modelled_engine_s > 0 (without decode steps, request is the path's ratio)
         request, generation = 1.0, max(1.0, (path * batch_s - beyond) / modelled_engine_s)
     return {"generation_slowdown": generation, "request_slowdown": request}
+
+
+def shared_generation(requests: dict[str, Any], shared: dict[str, Any]) -> dict[str, float]:
+    """Generation's slowdowns beside training from the profile's timings (measure_requests', measure_sharing's)."""
+    def ratio(beside: str, alone: str) -> float:
+        return statistics.median(shared[beside]) / statistics.median(shared[alone])
+
+    return split_generation_slowdown(ratio("generation_alongside_training_s", "generation_alone_s"),
+                                     ratio("engine_alongside_training_s", "engine_alone_s"),
+                                     batch_seconds(requests, shared["generation_alone_s"]),
+                                     requests["engine_modelled_s"])
 
 
 def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
@@ -520,10 +529,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
-                        shared.update(split_generation_slowdown(
-                            shared.pop("path_ratio"), shared.pop("engine_ratio"),
-                            batch_seconds(raw["requests"], raw["shared"]["generation_alone_s"]),
-                            raw["requests"]["engine_modelled_s"]))
+                        shared.update(shared_generation(raw["requests"], raw["shared"]))
                         # the training costs fitted again with the run's own batch among the samples
                         training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config))
                         rewards = await measure_rewards(config, service)
