@@ -30,6 +30,7 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from areal_core.engine.local import LocalEngine
 from areal_core.engine.protocol import (
@@ -103,7 +104,10 @@ def build_app(engine: LocalEngine) -> FastAPI:
         return JSONResponse({"error": {"message": message}}, status_code=status)
 
     async def body(request: Request) -> dict[str, Any]:
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:   # the answer goes nowhere; say so in one line, not a traceback
+            raise EngineError("the client closed the connection before its request was read") from None
         if not raw:
             return {}
         data = await request.json()

@@ -37,6 +37,10 @@ Behaviour:
   may now hold other weights than the rest, or stay paused) and gets no more requests. A timeout is not
   retried. The call fails only when no server succeeded, or when a server rejected the call itself (HTTP
   4xx, success=false: e.g. a bad checkpoint path), which raises EngineError.
+- Connections this client closed itself: httpcore's pool (1.0.9) can close a connection it has just handed to a
+  request, under that request (encode/httpcore#1110; it closes surplus idle connections by counting all of them).
+  Such a request is sent again at once to the same server, which is not marked down and has no failure counted:
+  the server did nothing wrong. Idle connections are not capped, which avoids the surplus pass altogether.
 - Keep-alive: idle connections are closed by the client after 2 s, long before the server's own keep-alive
   timeout can close one under a request being sent on it (that race resets the request). Servers areal
   launches keep idle connections 65 s (`areal serve`; SGLANG_TIMEOUT_KEEP_ALIVE for SGLang); SGLang's own
@@ -70,6 +74,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import anyio
 import httpx
 
 from areal_core.engine.weight_sync import WEIGHT_GROUP, Bucket
@@ -87,6 +92,28 @@ log = logging.getLogger(__name__)
 _CALLER_ERRORS = (400, 422)   # the request itself is wrong: no other server would accept it either
 _KEEPALIVE_EXPIRY = 2.0       # seconds; below the servers' keep-alive timeout (see the module docstring)
 _CONNECTION_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError)  # no answer came back; not a timeout
+
+
+@dataclass(frozen=True)
+class _NoAnswer:
+    """Why a /generate call brought no usable answer; `server_at_fault` is False when this client closed the
+    connection itself (the server is fine: send the request again at once)."""
+    why: str
+    server_at_fault: bool = True
+
+
+def closed_by_this_client(exc: BaseException) -> bool:
+    """True when the connection under `exc` was closed by this process, not by the server or the network:
+    anyio's ClosedResourceError (our own socket closed) under httpcore's and httpx's errors. A reset or a close
+    by the server is a BrokenResourceError or an end of stream instead."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        if isinstance(error, anyio.ClosedResourceError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @dataclass
@@ -186,7 +213,7 @@ class SGLangEngine:
         self._sticky_capacity = sticky_capacity
         self._background: set[asyncio.Task] = set()
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=None,
                                                              keepalive_expiry=_KEEPALIVE_EXPIRY))
 
     async def __aenter__(self) -> "SGLangEngine":
@@ -274,13 +301,19 @@ class SGLangEngine:
                 if isinstance(status, int) and 400 <= status < 500:
                     raise EngineError(f"{server.url} rejected request {rid}: {finish.get('message')}")
                 if isinstance(status, int) and status >= 500:  # the server aborted it for an internal error
-                    answer = f"aborted with status {status}: {finish.get('message')}"
-            if isinstance(answer, str):
-                self._mark_down(server, answer)
+                    answer = _NoAnswer(f"aborted with status {status}: {finish.get('message')}")
+            if isinstance(answer, _NoAnswer):
                 attempts += 1
                 if attempts > self.max_retries:
+                    if answer.server_at_fault:
+                        self._mark_down(server, answer.why)
                     raise EngineError(f"request {rid} failed {attempts} times (no server completed it); "
-                                      f"last: {server.url}: {answer}")
+                                      f"last: {server.url}: {answer.why}")
+                if not answer.server_at_fault:
+                    log.info("request %s: this client closed its own connection to %s under it (%s); sending it "
+                             "again", rid, server.url, answer.why)
+                    continue
+                self._mark_down(server, answer.why)
                 await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** (attempts - 1)))
                 continue
             server.segments += 1
@@ -311,20 +344,21 @@ class SGLangEngine:
                                   finish_reason=reason, prompt_tokens=len(request.input_ids), text="".join(texts),
                                   num_interruptions=interruptions)
 
-    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> dict[str, Any] | str:
-        """The JSON answer, or a string saying why the server failed. Raises EngineError for a 400."""
+    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> dict[str, Any] | _NoAnswer:
+        """The JSON answer, or why none came. Raises EngineError for a 400."""
         server.in_flight += 1
         try:
             response = await self._client.post(f"{server.url}/generate", json=payload)
         except httpx.TimeoutException as exc:
             # A slow or hung server may still be generating: ask it to stop, without waiting for it.
-            task = asyncio.create_task(self._abort_remote(server, payload["rid"]))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._abort_in_background(server, payload["rid"])
             limit = self.connect_timeout if isinstance(exc, httpx.ConnectTimeout) else self.request_timeout
-            return f"{type(exc).__name__} after {limit:g}s"
+            return _NoAnswer(f"{type(exc).__name__} after {limit:g}s")
         except httpx.HTTPError as exc:
-            return _describe(exc)
+            if closed_by_this_client(exc):
+                self._abort_in_background(server, payload["rid"])  # it may have reached the server
+                return _NoAnswer(f"{_describe(exc)}, connection closed by this client", server_at_fault=False)
+            return _NoAnswer(_describe(exc))
         except asyncio.CancelledError:
             await asyncio.shield(self._abort_remote(server, payload["rid"]))
             raise
@@ -333,14 +367,19 @@ class SGLangEngine:
         if response.status_code in _CALLER_ERRORS:
             raise EngineError(f"{server.url} rejected the request: {_error_message(response)}")
         if response.status_code != 200:
-            return f"HTTP {response.status_code}: {_error_message(response)}"
+            return _NoAnswer(f"HTTP {response.status_code}: {_error_message(response)}")
         try:
             data = response.json()
         except ValueError:
-            return f"answer is not JSON: {response.text[:200]!r}"
+            return _NoAnswer(f"answer is not JSON: {response.text[:200]!r}")
         if not isinstance(data, dict):
-            return f"answer is not a JSON object: {str(data)[:200]}"
+            return _NoAnswer(f"answer is not a JSON object: {str(data)[:200]}")
         return data
+
+    def _abort_in_background(self, server: _Server, wire_rid: str) -> None:
+        task = asyncio.create_task(self._abort_remote(server, wire_rid))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _abort_remote(self, server: _Server, wire_rid: str) -> None:
         """Best effort: a cancelled caller should not leave the server generating for nobody."""
@@ -365,7 +404,8 @@ class SGLangEngine:
                 except _CONNECTION_ERRORS as exc:
                     if attempt == self.control_retries:
                         return _describe(exc)
-                    server.failures += 1
+                    if not closed_by_this_client(exc):
+                        server.failures += 1
                     log.warning("%s%s failed (%s); retrying", server.url, path, _describe(exc))
                     await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** attempt))
                     attempt += 1

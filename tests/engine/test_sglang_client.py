@@ -19,7 +19,7 @@ import torch
 from areal_core.engine.model import load_model
 from areal_core.engine.protocol import EngineError, GenerateRequest, SamplingParams
 from areal_core.engine.launch import launch_sglang_servers, sglang_servers
-from areal_core.engine.sglang_client import SGLangEngine, versions_from_meta
+from areal_core.engine.sglang_client import SGLangEngine, closed_by_this_client, versions_from_meta
 
 pytest.register_assert_rewrite("conftest_sglang")
 pytest_plugins = ["conftest_sglang"]
@@ -363,6 +363,65 @@ def test_a_control_call_whose_connection_is_reset_is_retried_and_the_server_kept
     for url in (a.url, b.url):
         path, version = served_model(url)
         assert os.path.samefile(path, new_path) and version == new_version
+
+
+def test_a_request_whose_connection_this_client_closed_is_sent_again_and_the_server_not_blamed(areal_pair):
+    """httpcore's pool can close a connection it has just handed to a request, under that request
+    (encode/httpcore#1110): CI once saw it as a ReadError that marked a healthy server down. Here the client's own
+    pool closes the connection of a request the server is generating: the request goes again to the same server
+    and completes, and the server is neither marked down nor charged a failure."""
+    a = areal_pair[0].url
+
+    async def run():
+        async with SGLangEngine([a]) as engine:
+            task = asyncio.create_task(engine.generate(GenerateRequest([6, 85], SamplingParams(
+                max_new_tokens=150, temperature=0.0, ignore_eos=True))))
+            deadline = time.monotonic() + 60
+            while not await total_running([a]):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            pool = engine._client._transport._pool    # what httpcore's own pass does to an assigned connection
+            busy = [connection for connection in pool.connections if not connection.is_idle()]
+            assert len(busy) == 1
+            await busy[0].aclose()
+            return await task, engine.server_stats()
+
+    out, stats = asyncio.run(run())
+    assert len(out.output_ids) == 150 and out.finish_reason == "length" and out.num_interruptions == 0
+    assert [(s["state"], s["failures"], s["segments"]) for s in stats] == [("up", 0, 1)], stats
+    model_path, _ = served_model(a)
+    model = load_model(model_path)
+    with torch.no_grad():   # greedy: the tokens of one uninterrupted generation
+        logits = model(torch.tensor([[6, 85] + out.output_ids])).logits[0, 1:-1]
+    assert out.output_ids == logits.argmax(-1).tolist()
+
+
+def test_closed_by_this_client_tells_our_own_close_from_a_servers_reset():
+    async def read_after(close_here: bool) -> BaseException:
+        async def serve(reader, writer):
+            await reader.read(100)
+            if not close_here:
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()    # RST
+            else:
+                await asyncio.sleep(5)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with httpx.AsyncClient() as client:
+            request = asyncio.create_task(client.post(f"http://127.0.0.1:{port}/generate", json={"rid": "x"}))
+            await asyncio.sleep(0.3)
+            if close_here:
+                for connection in client._transport._pool.connections:
+                    await connection.aclose()
+            with pytest.raises(httpx.HTTPError) as failure:
+                await request
+        server.close()
+        return failure.value
+
+    assert closed_by_this_client(asyncio.run(read_after(close_here=True)))
+    assert not closed_by_this_client(asyncio.run(read_after(close_here=False)))
 
 
 def test_versions_from_meta_reads_sglang_spans_and_areal_per_token_versions():
