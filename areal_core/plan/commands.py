@@ -100,10 +100,15 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
                    "`areal eval` *.samples.jsonl, or a directory of them) or of whole-number lengths, or a log-normal "
                    "long tail; drawn per request, cut at rollout.max_new_tokens (default: the workflow's, else every "
                    "response rollout.max_new_tokens long).")
+@click.option("--tools", "tools_source", metavar="RUN_DIR|calls=N,seconds=S[,p99=S][,result_tokens=N]", default=None,
+              help="A tool-using workflow's calls: a run directory that used them (its tool_calls_hist, tool seconds "
+                   "and result tokens), or calls an episode (Poisson mean), seconds a call (a log-normal with p99), "
+                   "tokens a result (default: those of the --lengths run).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
 def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,
-                 tokenizer_dir: Path | None, lengths_source: str | None, output: Path | None) -> None:
+                 tokenizer_dir: Path | None, lengths_source: str | None, tools_source: str | None,
+                 output: Path | None) -> None:
     """Predict a cluster's throughput, sync against async, from a cost PROFILE (YAML, or a shipped profile's name:
     h800-qwen1.5b, h800-qwen7b; see docs/deployment.md).
 
@@ -115,10 +120,15 @@ def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_g
             --lengths mean=6000,p99=28000,max=32768 rollout.max_new_tokens=32768
 
         areal plan profile.yaml --gpus 64 --lengths runs/gsm8k-qwen-20261201-101500 rollout.max_new_tokens=8192
+
+    A tool-using workflow runs as it is; the policy's calls and the tools' seconds are drawn (--tools):
+
+        areal plan profile.yaml --gpus 8 task=gsm8k rollout.workflow=tool_calls --tools calls=2,seconds=0.5,p99=4
     """
     from areal_core.engine.model import build_char_tokenizer, load_tokenizer
     from areal_core.plan.planner import predict
     from areal_core.plan.profile import load_profile
+    from areal_core.plan.tools import load_tool_use
     from areal_core.plan.workload import load_workload
 
     bad = [arg for arg in run if "=" not in arg]
@@ -130,10 +140,12 @@ def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_g
     loaded = load_profile(profile_path(profile))
     tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else build_char_tokenizer()
     lengths = load_workload(lengths_source, tokenizer) if lengths_source is not None else None
+    tools = load_tool_use(tools_source) if tools_source is not None else None
     out = output or Path("runs") / f"plan-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report = predict(loaded, ["warmup.enabled=false", "eval_task=null", *run], tokenizer, out, gpus,
-                     parse_etas(etas), generation_gpus, echo=lambda line: click.echo(line, err=True), lengths=lengths)
+                     parse_etas(etas), generation_gpus, echo=lambda line: click.echo(line, err=True), lengths=lengths,
+                     tools=tools)
     print_report(report)
     click.echo(f"workload: {report['workload']['text']}" if "workload" in report else
                "workload: no --lengths: the workflow's lengths (sampled_lengths), else rollout.max_new_tokens each")

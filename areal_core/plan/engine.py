@@ -15,6 +15,8 @@ ends every request. Loading new weights takes `weight_load_s` (from a disk), or 
 broadcasts them over a process group (engine.weight_sync = distributed | delta); each token carries the version it
 was made under.
 A response is as long as `lengths` draws for it (at most max_new_tokens), exactly max_new_tokens with ignore_eos.
+With `calls` (a tool-using workflow: plan/tools.py), a turn it names a call for ends with that call's ids and
+finishes "stop", as a real engine stops on the call format's stop string.
 The steps between two events (a request arrives or ends, the cache fills, a pause) are computed at once.
 
 `SimulatedEngine` is a cluster of them behind the routing the SGLang client uses (the server with the fewest
@@ -35,6 +37,7 @@ from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.colocation import SharedHardware
 
 LengthModel = Callable[[str, int, int], int]   # (request id, prompt tokens, max_new_tokens) -> response tokens
+CallModel = Callable[[GenerateRequest], "list[int] | None"]   # the ids a turn ends with (a tool call), or None
 SIMULATED_TOKEN = 0   # what a simulated response is made of; only its length matters
 
 
@@ -80,6 +83,7 @@ class _Request:
     cached: bool = False               # its context is in the KV cache
     joined: bool = False               # it has been in a step (request_s paid)
     interruptions: int = 0
+    call: list[int] | None = None      # the tool call its last tokens are
 
     @property
     def context(self) -> int:
@@ -107,8 +111,8 @@ class SimulatedServer:
     """One generation server on the virtual clock (see the module docstring)."""
 
     def __init__(self, costs: GenerationCosts, lengths: LengthModel | None = None, version: int = 0,
-                 name: str = "sim-0", hardware: SharedHardware | None = None) -> None:
-        self.costs, self.lengths, self.version, self.name = costs, lengths, version, name
+                 name: str = "sim-0", hardware: SharedHardware | None = None, calls: CallModel | None = None) -> None:
+        self.costs, self.lengths, self.version, self.name, self.calls = costs, lengths, version, name, calls
         self.hardware = hardware        # shared with the trainer (plan/colocation.py): steps slow while it works
         if hardware is not None:
             hardware.servers.append(self)
@@ -139,7 +143,12 @@ class SimulatedServer:
         limit = params.max_new_tokens
         target = limit if params.ignore_eos or self.lengths is None else \
             max(1, min(limit, self.lengths(request.rid, len(request.input_ids), limit)))
-        item = _Request(request, target, asyncio.get_running_loop().create_future())
+        call = self.calls(request) if self.calls is not None else None
+        if call is not None and len(call) <= limit:
+            target = max(target, len(call))   # the turn holds its call whole
+        else:
+            call = None
+        item = _Request(request, target, asyncio.get_running_loop().create_future(), call=call)
         self.waiting.append(item)
         self._wake.set()
         if len(self.running) < self.costs.max_running:   # it may join the batch at the next step
@@ -212,9 +221,13 @@ class SimulatedServer:
 
     def _finish(self, item: _Request, reason: str) -> None:
         self._drop(item)
+        ids = [SIMULATED_TOKEN] * item.generated
+        if item.call is not None and item.generated == item.target:
+            ids[len(ids) - len(item.call):] = item.call
+            reason = "stop"   # on the call format's stop string
         if not item.future.done():
             item.future.set_result(GenerateOutput(
-                rid=item.request.rid, output_ids=[SIMULATED_TOKEN] * item.generated,
+                rid=item.request.rid, output_ids=ids,
                 output_logprobs=[-1.0] * item.generated,
                 output_versions=_expand(item.versions),
                 finish_reason=reason,  # type: ignore[arg-type]
@@ -390,10 +403,12 @@ class SimulatedEngine:
     reach every server."""
 
     def __init__(self, servers: int, costs: GenerationCosts, lengths: LengthModel | None = None,
-                 model_path: str = "simulated", hardware: SharedHardware | None = None) -> None:
+                 model_path: str = "simulated", hardware: SharedHardware | None = None,
+                 calls: CallModel | None = None) -> None:
         if servers < 1:
             raise ValueError(f"a simulated engine needs at least one server, got {servers}")
-        self.servers = [SimulatedServer(costs, lengths, name=f"sim-{i}", hardware=hardware) for i in range(servers)]
+        self.servers = [SimulatedServer(costs, lengths, name=f"sim-{i}", hardware=hardware, calls=calls)
+                        for i in range(servers)]
         self.routing = FewestInFlight(self.servers)
         for index, server in enumerate(self.servers):   # a request left it: its count of requests in flight fell
             server.on_leave = functools.partial(self.routing.left, index)

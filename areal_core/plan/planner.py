@@ -20,6 +20,7 @@ from areal_core.errors import ConfigError
 from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
+from areal_core.plan.tools import tools_of
 from areal_core.plan.workload import Workload, describe
 from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
 from areal_core.tasks import get_task
@@ -93,10 +94,16 @@ def measure(summary: dict[str, Any], metrics: list[dict[str, Any]], servers: int
 
 def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpus: int, etas: Iterable[int],
             generation_gpus: int | None = None, echo: Callable[[str], None] = lambda line: None,
-            lengths: LengthModel | None = None) -> dict[str, Any]:
-    """Simulate every scenario, each response as long as `lengths` draws (a Workload: plan/workload.py); the
-    report (also written to out_dir/plan.json)."""
+            lengths: LengthModel | None = None, tools: Any = None) -> dict[str, Any]:
+    """Simulate every scenario, each response as long as `lengths` draws (a Workload: plan/workload.py), a
+    tool-using workflow's calls as `tools` (or the workload's run) draws them (plan/tools.py); the report (also
+    written to out_dir/plan.json)."""
     workload = describe_workload(run, lengths)
+    tools = tools or tools_of(lengths)
+    if tools is not None:
+        workload = workload or {"text": "no --lengths"}
+        workload["tools"] = tools.summary()
+        workload["text"] += f"; {tools.describe()}"
     rewards = getattr(lengths, "rewards", None)   # a run's reward rate and uniform groups, with its lengths
     if rewards:
         profile = dataclasses.replace(profile, rewards=dataclasses.replace(profile.rewards, **rewards))
@@ -108,7 +115,7 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
         run_dir = out_dir / "runs" / f"{index:03d}"
         summary = simulate([*run, f"output_dir={out_dir}", *scenario.overrides()],
                            profile.cluster(scenario.generation_gpus, scenario.training_gpus), tokenizer, run_dir,
-                           lengths=lengths)
+                           lengths=lengths, tools=tools)
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         result = {**asdict(scenario), "name": scenario.name, "mode": scenario.mode,
                   **measure(summary, metrics, scenario.generation_gpus // profile.gpus_per_server)}
@@ -116,7 +123,7 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
         results.append(result)
     report = {"profile": profile.name, "gpus": gpus, "run": run, **({"workload": workload} if workload else {}),
               "scenarios": results, **best(results),
-              "assumptions": ASSUMPTIONS, "sources": profile.sources}
+              "assumptions": ASSUMPTIONS + ([TOOL_ASSUMPTION] if tools is not None else []), "sources": profile.sources}
     (out_dir / "plan.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -165,3 +172,6 @@ ASSUMPTIONS = [
     "a response's length does not depend on the policy's version (a run's lengths are pooled over its steps)",
     "training idle counts pi_prox and the update as busy, not writing the weights",
 ]
+TOOL_ASSUMPTION = ("a tool-using episode's calls, each call's seconds and its result's tokens are drawn from the tool "
+                   "model (--tools), whatever the policy's version; a tool's seconds do not depend on how many run at "
+                   "once")

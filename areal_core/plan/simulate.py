@@ -16,6 +16,7 @@ from areal_core.errors import ConfigError
 from areal_core.plan.clock import run_virtual
 from areal_core.plan.colocation import SharedCosts, SharedHardware
 from areal_core.plan.engine import GenerationCosts, LengthModel, SimulatedEngine
+from areal_core.plan.tools import TOOL_SOURCES, CallWriter, SimulatedTools, ToolUse, result_overhead, tools_of
 from areal_core.plan.trainer import RewardCosts, SimulatedRewards, SimulatedTrainer, TrainingCosts
 from areal_core.rewards import RewardService
 from areal_core.rl.config import TrainConfig
@@ -23,6 +24,8 @@ from areal_core.rl.report import RunLogger
 from areal_core.rl.run import TrainingRun
 from areal_core.tasks import get_task
 from areal_core.workflows import choose_workflow
+from areal_core.workflows.builtin import tool_calls
+from areal_core.workflows.episode import EpisodeLimits
 
 
 @dataclass(frozen=True)
@@ -56,24 +59,41 @@ def simulation_config(config: TrainConfig, costs: ClusterCosts) -> TrainConfig:
 
 
 async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any, run_dir: Path,
-                        lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None
-                        ) -> dict[str, Any]:
-    """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary."""
+                        lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None,
+                        tools: ToolUse | None = None) -> dict[str, Any]:
+    """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary. A
+    workflow that calls tools needs `tools` (or a workload from a run that called them: its `tools`)."""
     config = simulation_config(config, costs)
     task = get_task(config.task, config.data_dir)
-    if choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow).spec.uses_tools:
-        raise ConfigError("a simulated run has no tool costs yet: a workflow that calls tools would run them for "
-                          "real, timed by the virtual clock")
+    workflow = choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow)
+    calls = simulated_tools = None
+    if workflow.spec.uses_tools:   # the workflow runs; the policy's calls and the tools are drawn (plan/tools.py)
+        tools = tools or tools_of(lengths)
+        if tools is None:
+            raise ConfigError(f"workflow {workflow.name!r} calls tools: a simulated run needs a tool model, "
+                              f"`areal plan --tools` {TOOL_SOURCES} (or --lengths of a run that called tools)")
+        names = list(workflow.tools)
+        calls = CallWriter(tools, workflow.options.get("call_format", "xml"), names, tokenizer)
+        turn_tokens = EpisodeLimits.from_options(workflow.options, config.rollout.max_new_tokens, "workflow").max_new_tokens
+        writes_calls = workflow.spec.run is tool_calls or "call_format" in workflow.options   # the policy calls
+        if writes_calls and tools.calls.max > 0 and calls.longest > turn_tokens:
+            raise ConfigError(f"a tool call takes {calls.longest} tokens with this tokenizer, more than a turn may "
+                              f"generate ({turn_tokens}: rollout.max_new_tokens or the workflow's max_new_tokens): "
+                              "no simulated turn could call a tool; raise it")
+        overhead = result_overhead(tokenizer, workflow.options, task.spec.prompt.messages is not None)
+        simulated_tools = SimulatedTools(tools, names, tokenizer, overhead)
     run_dir.mkdir(parents=True, exist_ok=True)
     hardware = SharedHardware(costs.shared) if costs.shared is not None else None
     trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer, hardware=hardware)
-    engine = SimulatedEngine(costs.servers, costs.generation, lengths, hardware=hardware).start()
+    engine = SimulatedEngine(costs.servers, costs.generation, lengths, hardware=hardware, calls=calls).start()
     logger = RunLogger(run_dir, tensorboard=False, total_steps=config.steps)
     try:
         async with RewardService(config.reward, backend=SimulatedRewards(costs.rewards)) as rewards:
             run = TrainingRun(config, run_dir, task, None, trainer, engine, rewards, logger,
                               {"step": 0, "elapsed_seconds": 0.0, "trajectories": 0}, run_dir / "weights", echo,
                               resumed=False, started=asyncio.get_running_loop().time(), eval_workflow=None)
+            if simulated_tools is not None:
+                run.rollout.use_tools(simulated_tools.specs)
             try:
                 return await run.train()
             finally:
@@ -84,8 +104,9 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
 
 
 def simulate(config: TrainConfig | list[str], costs: ClusterCosts, tokenizer: Any, run_dir: Path,
-             lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+             lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None,
+             tools: ToolUse | None = None) -> dict[str, Any]:
     """`simulated_run` on a fresh virtual clock; `config` a TrainConfig or `areal train` overrides (KEY=VALUE)."""
     if not isinstance(config, TrainConfig):
         config = load_config(TrainConfig, None, list(config))
-    return run_virtual(simulated_run(config, costs, tokenizer, run_dir, lengths, echo))
+    return run_virtual(simulated_run(config, costs, tokenizer, run_dir, lengths, echo, tools))

@@ -3,7 +3,9 @@
 
     a run directory      an `areal train` run: its metrics.jsonl logs each step's lengths (response_length_hist,
                          or response_length_quantiles at larger batches: rl/run.py's length_distribution); the
-                         model draws from every step pooled, each weighted by its responses
+                         model draws from every step pooled, each weighted by its responses. A multi-turn run's
+                         policy turns (turn_length_hist / _quantiles), each a request to the engine, are taken
+                         instead, and its tool calls come with them (plan/tools.py's tools_of)
     a file of responses  JSONL or a JSON list: rows with a response text ("response", "completion", "output",
                          "text"; or plain strings), counted in tokens by the run's tokenizer; `areal eval`'s
                          <task>.samples.jsonl (a multi-turn sample's transcript gives each policy turn's tokens);
@@ -320,6 +322,9 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
     for where, row in _rows(metrics):
         if not isinstance(row, dict):
             raise ConfigError(f"lengths {where}: expected a step's metrics (a JSON object), got {row!r:.60}")
+        if "turn_length_hist" in row or "turn_length_quantiles" in row:   # a multi-turn run: a request is a turn
+            row = {"responses": row.get("turns"), **{key.replace("turn_", "response_"): value
+                                                     for key, value in row.items() if key.startswith("turn_length_")}}
         if "response_length_hist" in row:
             pairs = row["response_length_hist"]
             if not (isinstance(pairs, list) and pairs and all(

@@ -15,6 +15,7 @@ prompt is sampled n times (a group); a finished group enters the buffer. Respons
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections import Counter
@@ -124,7 +125,17 @@ class RolloutController:
         self._redo: list[int] = []  # admitted before a restart but never finished: generated again first
         self.last_failure: str | None = None  # the newest rollout that failed, for the error that stops a run
 
+    def use_tools(self, tools: dict[str, Any]) -> None:
+        """Run the workflow's tools on other backends (`areal plan`'s simulated tools: plan/tools.py): the same
+        workflow, its calls and limits, each tool's function replaced; every tool the workflow calls is given."""
+        missing = sorted(set(self.workflow.tools) - set(tools))
+        if missing:
+            raise ValueError(f"use_tools: no backend for {', '.join(missing)}")
+        self.workflow = dataclasses.replace(self.workflow, tools={n: tools[n] for n in self.workflow.tools})
+        self.episodes.workflow = self.workflow
+
     # -- checkpointing ---------------------------------------------------------------------------
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs: the data position, the finished groups not yet trained on, and
         which admitted prompts were still generating (they are generated again after a restart).

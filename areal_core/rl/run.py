@@ -195,6 +195,7 @@ class TrainingRun:
             metrics["tool_calls_mean"] = sum(e.get("tool_calls", 0) for e in episodes) / len(episodes)
             metrics["policy_token_fraction"] = (sum(t.policy_tokens for t in batch)
                                                 / max(1, sum(len(t.output_token_ids) for t in batch)))
+            metrics.update(tool_use(batch, episodes))
         self.logger.log(step, self.trainer.version, metrics)
         self.warn_of_mismatch(step, metrics)
 
@@ -354,6 +355,31 @@ def length_distribution(lengths: list[int]) -> dict[str, list[list[float]]]:
         return {"response_length_hist": [[tokens, count] for tokens, count in sorted(counts.items())]}
     ordered = sorted(lengths)
     return {"response_length_quantiles": [[p, ordered[round(p * (len(ordered) - 1))]] for p in LENGTH_QUANTILES]}
+
+
+TOOL_SECONDS_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+
+
+def tool_use(batch: list[Trajectory], episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A multi-turn step's turns and tool calls in metrics.jsonl, what `areal plan --lengths RUN_DIR` simulates a tool
+    workflow from: `turn_length_hist` or `_quantiles` (the policy's generations, each a request to the engine),
+    with `turns`, their count), `tool_calls_hist` ([[calls, episodes], ...]), and when tools ran, `tool_seconds_mean`, `tool_seconds_quantiles`
+    ([[p, seconds], ...] per call) and `tool_result_tokens_mean` (the tokens a result adds)."""
+    turns = [turn["end"] - turn["start"] for t in batch for turn in t.turns if turn["role"] == "assistant"]
+    turns += [len(t.output_token_ids) for t in batch if not t.turns]   # one generation, nothing appended
+    out: dict[str, Any] = {key.replace("response_", "turn_"): value
+                           for key, value in length_distribution(turns).items()}
+    out["turns"] = len(turns)
+    out["tool_calls_hist"] = [[calls, count] for calls, count in
+                              sorted(Counter(int(e.get("tool_calls", 0)) for e in episodes).items())]
+    seconds = sorted(float(s) for e in episodes for s in e.get("tool_seconds", ()))
+    if seconds:
+        out["tool_seconds_mean"] = sum(seconds) / len(seconds)
+        out["tool_seconds_quantiles"] = [[p, seconds[round(p * (len(seconds) - 1))]] for p in TOOL_SECONDS_QUANTILES]
+    results = [turn["end"] - turn["start"] for t in batch for turn in t.turns if "tool" in turn]
+    if results:
+        out["tool_result_tokens_mean"] = sum(results) / len(results)
+    return out
 
 
 def length_prompt_share(groups: list[list[int]]) -> float | None:

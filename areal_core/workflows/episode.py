@@ -43,6 +43,7 @@ class Episode:
     finish_reason: str = "stop"
     ended_by: str = "answer"
     tool_calls: int = 0
+    tool_seconds: list[float] = field(default_factory=list)   # each tool call's, in order (`areal plan` draws them)
     scores: list[dict[str, Any]] = field(default_factory=list)
     response: str | None = None
     reward: RewardResult | None = None
@@ -257,7 +258,11 @@ class EpisodeContext:
     async def call_tool(self, name: str, arguments: str) -> Any:
         """Run tool `name`: always a ToolResult, an error message when the call failed (never an exception). It
         may run for tool_timeout_s, or what is left of the budget when that is less."""
-        return await self._call_tool(name, arguments, self.time_left(self.limits.tool_timeout_s))
+        result = await self._call_tool(name, arguments, self.time_left(self.limits.tool_timeout_s))
+        seconds = getattr(result, "details", {}).get("time_s")
+        if self.episode is not None and isinstance(seconds, (int, float)):
+            self.episode.tool_seconds.append(float(seconds))
+        return result
 
 
 def decode_response(tokenizer: Any, ids: list[int]) -> str:

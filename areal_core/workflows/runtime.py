@@ -233,6 +233,7 @@ def episode_trajectory(episode: Episode, *, trajectory_id: str, task: str, sampl
     if workflow != DEFAULT_WORKFLOW:
         details = {"workflow": workflow, "ended_by": episode.ended_by, "tool_calls": episode.tool_calls,
                    "generations": episode.generations, **({"scores": json_safe(episode.scores)} if episode.scores else {}),
+                   **({"tool_seconds": episode.tool_seconds} if episode.tool_seconds else {}),
                    **({"info": json_safe(episode.info)} if episode.info else {})}
     return Trajectory(
         trajectory_id=trajectory_id, task=task, sample_id=sample_id, group_id=group_id,

@@ -74,7 +74,7 @@ def test_a_config_the_simulation_cannot_honour_is_refused(tmp_path):
                           dataclasses.replace(COSTS.training, weight_bytes=1 << 20, trainable_bytes=0))
     with pytest.raises(ConfigError, match="training.trainable_bytes is 0"):
         run(tmp_path, "delta", "engine.weight_sync=delta", costs=frozen)
-    with pytest.raises(ConfigError, match="a simulated run has no tool costs yet"):
+    with pytest.raises(ConfigError, match="workflow 'tool_calls' calls tools: a simulated run needs a tool model"):
         run(tmp_path, "tools", "rollout.workflow=tool_calls")
 
 

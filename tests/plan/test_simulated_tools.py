@@ -1,0 +1,164 @@
+"""Tool-using workflows on the simulated cluster (plan/tools.py): the production workflow runs each episode, the
+simulated engine writes the calls a tool model draws in the workflow's call format, the simulated tools take their
+drawn seconds on the virtual clock through `run_tool` (its timeout included); a real tool-using run logs what the
+model is drawn from, and `areal plan --lengths RUN_DIR` simulates that run's tool calls."""
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import yaml
+
+from areal_core.engine.model import build_char_tokenizer
+from areal_core.engine.protocol import GenerateRequest, SamplingParams
+from areal_core.errors import ConfigError
+from areal_core.plan.tools import CallWriter, ToolUse, load_tool_use, poisson, tools_of
+from areal_core.plan.workload import Histogram, load_workload
+from tests.conftest import run_areal
+from tests.plan.test_plan_command import PROFILE
+from tests.plan.test_simulated_run import COSTS, run
+
+CALCULATOR = ["task=calculator", "steps=2", "rollout.batch_size=4", "rollout.group_size=4", "warmup.enabled=false",
+              "eval_task=null", "rollout.max_new_tokens=36"]
+
+
+def fixed(calls: int, seconds: float, result_tokens: float = 0.0) -> ToolUse:
+    return ToolUse(source="this test", calls=Histogram.of([(calls, 1)]), fixed_seconds=seconds,
+                   result_tokens=result_tokens)
+
+
+def simulate_tools(tmp_path, name: str, tools: ToolUse, *overrides: str):
+    from areal_core.plan.simulate import simulate
+
+    simulate([*CALCULATOR, f"output_dir={tmp_path}", *overrides], COSTS, build_char_tokenizer(), tmp_path / name,
+             tools=tools)
+    return [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_calculator_workflow_runs_on_the_simulated_cluster_with_the_drawn_calls_and_tool_seconds(tmp_path):
+    """Every episode makes the model's two calls (the task's max_tool_calls), each 4 virtual seconds, each result about
+    30 tokens; then answers: three generations an episode, and the episode lasts the tools' 8 s and more."""
+    metrics = simulate_tools(tmp_path, "tools", fixed(2, 4.0, result_tokens=30))
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert m["tool_calls_hist"] == [[2, 16]] and m["tool_call_rate"] == 1.0
+        assert m["turns"] == 3 * 16
+        assert m["tool_seconds_mean"] == 4.0 and m["tool_seconds_quantiles"][0] == [0.0, 4.0]
+        assert 28 <= m["tool_result_tokens_mean"] <= 32
+        assert m["episode_seconds_mean"] > 8.0
+        assert m["policy_token_fraction"] < 1.0   # the results are in the episode, masked out of the loss
+
+
+def test_a_tool_slower_than_its_timeout_is_cut_by_run_tool_on_the_virtual_clock(tmp_path):
+    """tool_timeout_s (10 s by default) cuts a 30 s tool exactly as in a real run: an error result after 10 s."""
+    metrics = simulate_tools(tmp_path, "slow", fixed(1, 30.0))
+    assert all(m["tool_calls_hist"] == [[1, 16]] and m["tool_seconds_mean"] == 10.0 for m in metrics)
+    faster = simulate_tools(tmp_path, "timeout", fixed(1, 30.0), "rollout.workflow_options={tool_timeout_s: 2}")
+    assert all(m["tool_seconds_mean"] == 2.0 for m in faster)
+
+
+def test_calls_are_drawn_per_episode_and_only_for_turns_that_may_call(tmp_path):
+    tokenizer = build_char_tokenizer()
+    use = ToolUse(source="test", calls=Histogram.of([(0, 1), (1, 1), (3, 2)]))
+    writer = CallWriter(use, "xml", ["calculator"], tokenizer)
+    tool_turn = SamplingParams(max_new_tokens=40, stop=("</tool>",))
+    counts = []
+    for episode in range(2000):
+        rid = f"p{episode}.0"
+        calls = sum(writer(GenerateRequest([5], tool_turn, rid=rid if turn == 0 else f"{rid}.t{turn}")) is not None
+                    for turn in range(5))
+        counts.append(calls)
+        assert calls == use.calls_in(rid)
+    assert set(counts) == {0, 1, 3} and statistics.fmean(counts) == pytest.approx(1.75, abs=0.1)
+    assert writer(GenerateRequest([5], SamplingParams(max_new_tokens=40), rid="p1.0")) is None   # not a tool turn
+    text = tokenizer.decode(writer.calls[0])
+    assert text == '<tool name="calculator">1</tool>'
+    drawn = [poisson(1.5).draw(u / 10_000) for u in range(10_000)]
+    assert statistics.fmean(drawn) == pytest.approx(1.5, abs=0.01)
+
+
+def test_a_tool_model_is_read_from_parameters_and_bad_ones_are_refused_by_name(tmp_path):
+    use = load_tool_use("calls=2,seconds=0.5,p99=4,result_tokens=30")
+    assert use.summary()["calls_mean"] == pytest.approx(2.0, abs=0.01) and use.result_tokens == 30
+    seconds = [use.seconds_of(str(k)) for k in range(20_000)]
+    assert statistics.fmean(seconds) == pytest.approx(0.5, rel=0.05)
+    assert sorted(seconds)[int(0.99 * len(seconds))] == pytest.approx(4.0, rel=0.1)
+    assert load_tool_use("calls=1,seconds=0.25").seconds_of("x") == 0.25
+    for text, message in [("calls=2", "calls and seconds are needed"), ("calls=2,seconds=1,speed=3", "unknown key"),
+                          ("calls=x,seconds=1", "is not a number"), ("calls=-1,seconds=1", "must be a number >= 0"),
+                          ("calls=1,seconds=2,p99=1", "log-normal needs mean <= p99")]:
+        with pytest.raises(ConfigError, match=message):
+            load_tool_use(text)
+    with pytest.raises(ConfigError, match="no such run directory"):
+        load_tool_use(tmp_path / "missing")
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "responses": 4}) + "\n")
+    with pytest.raises(ConfigError, match="no step logs tool_calls_hist"):
+        load_tool_use(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "tool_calls_hist": [[1, -2]]}) + "\n")
+    with pytest.raises(ConfigError, match="tool_calls_hist must be"):
+        load_tool_use(tmp_path)
+
+
+def test_what_a_simulation_cannot_write_or_fit_is_refused_before_it_runs(tmp_path):
+    with pytest.raises(ConfigError, match="calls tools: a simulated run needs a tool model"):
+        run(tmp_path, "none", "task=calculator", "rollout.max_new_tokens=36")
+    with pytest.raises(ConfigError, match="a tool call takes 32 tokens with this tokenizer, more than a turn"):
+        simulate_tools(tmp_path, "short", fixed(1, 1.0), "rollout.max_new_tokens=16")
+    own = "rollout.workflow_options={call_format: {pattern: 'CALC\\((?P<args>.*)\\)', stop: ')', tool: calculator}}"
+    with pytest.raises(ConfigError, match="areal plan writes the built-in call formats"):
+        simulate_tools(tmp_path, "own", fixed(1, 1.0), own)
+
+
+TASK = {
+    "name": "scripted-naps",
+    "dataset": {"generator": "arithmetic", "seed": 0, "size": 64, "options": {"digits": 2}},
+    "prompt": {"template": "{{ question }}"},
+    "reward": {"name": "arithmetic"},
+    "workflow": {"name": "scripted", "options": {"tools": ["naps", "calculator"], "max_new_tokens": 6,
+                                                 "script": ["tool:naps:0.2", "tool:calculator:6*7"]}},
+}
+
+
+def test_a_real_tool_using_run_logs_its_calls_and_areal_plan_simulates_them_from_its_directory(
+        tmp_path, with_plugins):
+    """A real `areal train` of a workflow that makes two calls an episode (a 0.2 s nap, then the calculator) logs its
+    turns and calls; the run's directory gives back the tool model, and `areal plan --lengths RUN_DIR` simulates the
+    same episodes, its tools as slow as the run's."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "naps.yaml").write_text(yaml.safe_dump(TASK))
+    env = with_plugins("testkit", AREAL_TASKS_PATH=str(tasks))
+    out = tmp_path / "train"
+    common = ["task=scripted-naps", "rollout.batch_size=4", "rollout.group_size=4", "eval_task=null",
+              "warmup.enabled=false", "rollout.skip_uniform_groups=false"]
+    result = run_areal("train", *common, "steps=2", "tensorboard=false", f"output_dir={out}", "name=naps", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = out.glob("naps-*")
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for step in steps:
+        assert step["tool_calls_hist"] == [[2, 16]] and step["turns"] == 48
+        hist = step["turn_length_hist"]
+        assert sum(c for _, c in hist) == 48 and all(1 <= t <= 6 for t, _ in hist)
+        low, high = step["tool_seconds_quantiles"][0][1], step["tool_seconds_quantiles"][-1][1]
+        assert low < 0.1 and 0.2 <= high < 2.0      # the calculator answers at once; the nap takes 0.2 s
+        assert step["tool_result_tokens_mean"] > 0
+    workload = load_workload(run_dir)
+    assert workload.summary()["responses"] == 96   # a request is a turn
+    tools = tools_of(workload)
+    assert tools.calls.values == (2,) and tools.calls.count == 32
+    run_mean = statistics.fmean(s["tool_seconds_mean"] for s in steps)
+    assert tools.mean_seconds == pytest.approx(run_mean, rel=0.35)   # quantiles, linear between them
+    assert load_tool_use(run_dir).summary() == tools.summary()
+
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
+    plan = run_areal("plan", str(tmp_path / "profile.yaml"), "--gpus", "2", "--eta", "0", "--lengths", str(run_dir),
+                     "--output", str(tmp_path / "plan"), *common, "steps=2", env=env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "tool calls as in" in plan.stdout and "2.00 an episode" in plan.stdout
+    report = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert report["workload"]["tools"]["calls_mean"] == 2.0
+    (simulated,) = [json.loads(line) for line in (tmp_path / "plan" / "runs" / "000" / "metrics.jsonl")
+                    .read_text().splitlines()][-1:]
+    assert simulated["tool_calls_hist"] == [[2, 16]]
+    assert 0.0 < simulated["tool_seconds_mean"] < 2.0
