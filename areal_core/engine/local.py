@@ -104,6 +104,7 @@ class LocalEngine:
             raise ValueError(f"prefix_cache_slots must be >= 0, got {prefix_cache_slots}")
         self.decoder = SlottedDecoder(self.model, max_running_requests + kept, self.max_seq_len)
         self.eos_ids = eos_token_ids(model_path, self.tokenizer)
+        self._token_texts: dict[int, str] = {}   # a token's own text, for the stop-string check
         self.version = weight_version
         self.max_prefill_tokens = max_prefill_tokens
         self._seeds = itertools.count(seed * 1_000_003)
@@ -466,11 +467,18 @@ class LocalEngine:
                 break
             batch.append(req)
             budget -= n
-        # One forward for the step: prefills (up to the token budget) and a token for every decoding request.
+        # The step's prefills (up to the token budget) and a token for every decoding request. A forward pads its
+        # rows to its widest: prefills and decodes in one would make every decoding row as wide as the longest
+        # prefill (a multi-turn episode's next turn joining 255 decoding requests cost 256 x 100 tokens, not
+        # 100 + 255), so a prefill wider than a token gets a forward of its own.
         self.stats["prefill_tokens"] += sum(len(r.tokens) for r in batch)
         self.stats["decode_tokens"] += len(decoding)
-        if batch or decoding:
+        if batch and decoding and max(len(r.tokens) - r.cached for r in batch) > 1:
+            self._forward_and_sample(batch)
+            self._forward_and_sample(decoding)
+        elif batch or decoding:
             self._forward_and_sample(batch + decoding)
+        if batch or decoding:
             self.stats["steps"] += 1
 
     def _forward_and_sample(self, batch: list[_Running]) -> None:
@@ -521,13 +529,25 @@ class LocalEngine:
         params = req.request.sampling_params
         if token in params.stop_token_ids or (not params.ignore_eos and token in self.eos_ids):
             return "stop"
-        if params.stop:
+        if params.stop and self._may_end_a_stop_string(token, params.stop):
             tail = self.tokenizer.decode(req.output_ids[-32:], skip_special_tokens=True)
             if any(s in tail for s in params.stop):
                 return "stop"
         if len(req.output_ids) >= params.max_new_tokens or len(req.tokens) >= self.max_seq_len:
             return "length"
         return None
+
+
+    def _may_end_a_stop_string(self, token: int, stops: tuple[str, ...]) -> bool:
+        """False when `token` cannot be the one that completes any of `stops`: its text lacks every stop string's
+        last character (an ASCII one other than a space: a stop string ending in another character is always
+        checked, since a token may hold part of its bytes, and a tokenizer may drop a token's leading space when
+        it is decoded alone). Decoding the tail of every request at every step cost as much as the
+        step itself for tool turns."""
+        text = self._token_texts.get(token)
+        if text is None:
+            text = self._token_texts[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+        return any(not stop[-1].isascii() or stop[-1].isspace() or stop[-1] in text for stop in stops)
 
 
 def _signed(value: int) -> int:

@@ -1,5 +1,6 @@
 """The local engine against the model's own forward pass: logits, log-probs, batching, interruption."""
 import asyncio
+import dataclasses
 import math
 
 import pytest
@@ -204,6 +205,66 @@ def test_stop_token_ends_generation_and_is_included(tiny_model):
     free, out, first = asyncio.run(run())
     assert out.finish_reason == "stop"
     assert out.output_ids == free.output_ids[: first + 1]
+
+
+def test_stop_strings_end_generation_at_the_token_that_completes_them_whatever_their_last_character(tiny_model):
+    """The engine decodes a request's tail only after a token that may complete a stop string (one holding its last
+    character; a stop string ending in a space or a non-ASCII character is always checked): every stop string
+    still ends generation at the token that completes it."""
+    async def run():
+        async with LocalEngine(tiny_model) as engine:
+            params = SamplingParams(max_new_tokens=200, temperature=1.0, ignore_eos=True, seed=3)
+            frees = await asyncio.gather(*(engine.generate(GenerateRequest([6 + i, 7], params)) for i in range(8)))
+            texts = [engine.tokenizer.decode(f.output_ids, skip_special_tokens=True) for f in frees]
+            cases = []
+            for i, text in enumerate(texts):   # a stop string ending in a space, and one ending elsewhere
+                for end in (text.find(" ", 3), 6):
+                    if end >= 3:
+                        cases.append((i, text[end - 2:end + 1]))
+            stopped = await asyncio.gather(*(engine.generate(GenerateRequest([6 + i, 7], dataclasses.replace(
+                params, stop=(stop, "\u00e9t\u00e9")))) for i, stop in cases))
+            return frees, texts, cases, stopped, engine.tokenizer
+
+    frees, texts, cases, stopped, tokenizer = asyncio.run(run())
+    assert any(stop.endswith(" ") for _, stop in cases) and any(not stop.endswith(" ") for _, stop in cases)
+    for (i, stop), out in zip(cases, stopped):
+        ids = frees[i].output_ids
+        first = next(n for n in range(1, len(ids) + 1)
+                     if stop in tokenizer.decode(ids[max(0, n - 32):n], skip_special_tokens=True))
+        assert out.finish_reason == "stop" and out.output_ids == ids[:first], stop
+
+
+def test_a_prefill_joining_decoding_requests_gets_a_forward_of_its_own_and_changes_no_log_prob(tiny_model):
+    """A forward pads its rows to its widest: a long prompt joining requests that decode one token a step would
+    make each of them as wide as that prompt. The prompt is prefilled in a forward of its own, and every log-prob
+    is still the model's."""
+    shapes = []
+
+    async def run():
+        async with LocalEngine(tiny_model, max_running_requests=8) as engine:
+            forward = engine.decoder.forward
+
+            def recording(tokens, *args):
+                shapes.append(tuple(tokens.shape))
+                return forward(tokens, *args)
+
+            engine.decoder.forward = recording
+            params = SamplingParams(max_new_tokens=60, temperature=1.0, ignore_eos=True, seed=1)
+            short = [[6 + i, 85, 9] for i in range(6)]
+            running = [asyncio.create_task(engine.generate(GenerateRequest(p, params))) for p in short]
+            while len(shapes) < 10:
+                await asyncio.sleep(0.001)
+            long = [6 + i % 50 for i in range(40)]
+            joined = await engine.generate(GenerateRequest(long, params))
+            return short + [long], await asyncio.gather(*running) + [joined]
+
+    prompts, outputs = asyncio.run(run())
+    assert (1, 40) in shapes                                      # the long prompt alone
+    assert all(rows == 1 or width <= 3 for rows, width in shapes)  # never decoding rows 40 wide
+    model = load_model(tiny_model)
+    for prompt, out in zip(prompts, outputs):
+        expected = reference_logprobs(model, prompt, out.output_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.output_logprobs), expected, atol=LOGPROB_TOLERANCE)
 
 
 @pytest.mark.parametrize("request_, message", [
