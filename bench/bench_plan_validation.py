@@ -1,11 +1,14 @@
 """`areal plan` checked against this machine: measure the runs, profile, predict them, in one sitting.
 
 1. Every configuration of `bench/bench_async_vs_sync.py` (sync; async: eta 1, interrupt) and
-   `bench/bench_weight_updates.py` (eta 1, interrupt; eta 1, wait) is run for real (`areal train`, its own
-   process). Runs alternate across repeats so drift in machine load hits every mode alike.
-2. The workload: the first synchronous run; its response lengths (metrics.jsonl, `areal plan --lengths RUN_DIR`),
-   its reward rate and its share of uniform groups (which the step loop skips, so they set what is trained) are the
-   workload every prediction takes. Nothing else of a measured run goes in.
+   `bench/bench_weight_updates.py` (eta 1, interrupt; eta 1, wait), and a tool-using pair (tools-sync, tools-async:
+   the calculator task, every turn a call of a tool that waits 50-500 ms, as in bench_agentic.py) is run for real
+   (`areal train`, its own process). Runs alternate across repeats so drift in machine load hits every mode alike.
+2. The workload: the first synchronous run of each family (the demo's, the tools'); its response lengths (a tool
+   run's policy turns; metrics.jsonl, `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups
+   (which the step loop skips, so they set what is trained), and a tool run's calls (calls per episode, a call's
+   seconds, a result's tokens) are the workload its family's predictions take. Nothing else of a measured run goes
+   in; the one profile (the demo's config) serves both families.
 3. `areal plan profile --lengths RUN_DIR`, halfway through the measured runs (so that the machine's drift over the
    sitting falls on both sides of it), measures this machine with the benches' config (the embedded model, the
    local engine and trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much
@@ -37,16 +40,36 @@ import training_runs
 GOAL_THROUGHPUT, GOAL_RATIO = 0.15, 0.10
 
 
+# Episodes of the tool_calls workflow on the calculator task whose every turn is a call (bench_agentic.py's format:
+# the episode's shape does not depend on what the untrained model writes) of a tool that waits 50-500 ms: two calls,
+# three turns an episode; asynchrony hides the tools' waits
+TOOL_CALLS = (r'rollout.workflow_options={tools: [calculator_latency], call_format: {pattern: "(?P<args>[\\s\\S]*)", '
+              r'stop: "</tool>", tool: calculator_latency}}')
+
+
+def tool_overrides(steps: int) -> list[str]:
+    return ["task=calculator", TOOL_CALLS, "eval_task=null", "warmup.enabled=false", f"steps={steps}",
+            "checkpoint_every=0", "rollout.max_new_tokens=24"]
+
+
 def configurations(steps: int, every: int) -> dict[str, tuple[list[str], bool]]:
     """name -> (overrides, --sync) of each bench run predicted and measured."""
     return {"sync": (bench_async_vs_sync.run_overrides(steps, every), True),
             "async": (bench_async_vs_sync.run_overrides(steps, every), False),
             "interrupt": (bench_weight_updates.run_overrides("interrupt", steps), False),
-            "wait": (bench_weight_updates.run_overrides("wait", steps), False)}
+            "wait": (bench_weight_updates.run_overrides("wait", steps), False),
+            "tools-sync": (tool_overrides(steps), True),
+            "tools-async": (tool_overrides(steps), False)}
 
 
 RATIOS = {"async / sync (bench_async_vs_sync)": ("async", "sync"),
-          "interrupt / wait (bench_weight_updates)": ("interrupt", "wait")}
+          "interrupt / wait (bench_weight_updates)": ("interrupt", "wait"),
+          "tools: async / sync (tool latency)": ("tools-async", "tools-sync")}
+
+
+def family(name: str) -> str:
+    """Runs of one family share a workload: the first synchronous run of it."""
+    return "tools" if name.startswith("tools") else "demo"
 
 
 def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: Path, skip: int, out: Path
@@ -62,7 +85,7 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
 
     config = load_config(TrainConfig, None, [*overrides, f"output_dir={out}", *(SYNC_OVERRIDES if sync else [])])
     profile = load_profile(profile_path)
-    workload = load_workload(workload_run)   # its lengths, reward rate and uniform groups (as areal plan --lengths)
+    workload = load_workload(workload_run)   # its lengths, reward rate, uniform groups, tool calls (areal plan --lengths)
     rewards = dataclasses.replace(profile.rewards, **workload.rewards)
     costs = dataclasses.replace(profile.cluster(profile.gpus_per_server, profile.reference_gpus), rewards=rewards)
     shutil.rmtree(out, ignore_errors=True)   # a run directory of its own (its metrics.jsonl is appended to)
@@ -88,16 +111,15 @@ def main() -> None:
         out = args.output or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         measured: dict[str, list[float]] = {name: [] for name in runs}
-        workload_run = None
+        workload_runs: dict[str, Path] = {}
 
         def measure(rounds: range) -> None:
-            nonlocal workload_run
             for repeat in rounds:
                 for name, (overrides, sync) in runs.items():
                     run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
                     metrics = training_runs.read_run(run_dir)["metrics"]
                     measured[name].append(training_runs.steady_throughput(metrics, args.skip))
-                    workload_run = workload_run or run_dir   # the first sync run: the workload of every prediction
+                    workload_runs.setdefault(family(name), run_dir)   # a family's first (sync) run: its workload
 
         # the profile halfway through the measured runs: a machine whose speed drifts over the sitting drifts alike
         # on both sides of it (profiled after all the runs, in a slower minute, two sittings read every prediction
@@ -109,6 +131,7 @@ def main() -> None:
         profile = out / "profile.yaml"
         overrides, _ = runs["sync"]
         profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
+        workload_run = workload_runs["demo"]
         print(f"$ areal plan profile {' '.join(profile_args)} --lengths {workload_run}", flush=True)
         printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
                                   "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
@@ -118,7 +141,7 @@ def main() -> None:
 
         predicted = {}
         for name, (overrides, sync) in runs.items():
-            predicted[name], simulated = predict(profile, overrides, sync, workload_run, args.skip,
+            predicted[name], simulated = predict(profile, overrides, sync, workload_runs[family(name)], args.skip,
                                                  out / "predicted" / name)
             print(f"predicted {name}: {predicted[name]:.1f} trajectories/s ({len(simulated['metrics'])} simulated "
                   f"steps)", flush=True)
@@ -126,13 +149,13 @@ def main() -> None:
     means = {name: statistics.fmean(values) for name, values in measured.items()}
     rows, met = [], True
     print(f"\n{args.repeats} x {args.steps} steps per configuration, steady state from step {args.skip + 1}; "
-          f"workload: the first sync run")
-    print(f"{'run':<10} | {'measured traj/s':>16} | {'predicted':>9} | {'error':>7}")
+          f"workload: each family's first sync run (the demo's; the tool runs')")
+    print(f"{'run':<12} | {'measured traj/s':>16} | {'predicted':>9} | {'error':>7}")
     for name in runs:
         error = predicted[name] / means[name] - 1
         met &= abs(error) <= GOAL_THROUGHPUT
         spread = ", ".join(f"{v:.0f}" for v in measured[name])
-        print(f"{name:<10} | {means[name]:>7.1f} ({spread}) | {predicted[name]:>9.1f} | {error:>+7.1%}")
+        print(f"{name:<12} | {means[name]:>7.1f} ({spread}) | {predicted[name]:>9.1f} | {error:>+7.1%}")
         rows.append({"run": name, "measured": measured[name], "predicted": predicted[name], "error": error})
     print(f"\n{'ratio':<40} | {'measured':>8} | {'predicted':>9} | {'error':>7}")
     for label, (a, b) in RATIOS.items():

@@ -35,10 +35,10 @@ from areal_core.plan.engine import SIMULATED_TOKEN
 from areal_core.plan.workload import Histogram, Workload, _rows, _whole
 from areal_core.workflows.builtin import DEFAULT_RESULT_FORMAT, lognormal_parameters
 from areal_core.workflows.episode import chat_suffix, decode_response
-from areal_core.workflows.tools import BUILTIN_FORMATS, ToolCall, ToolSpec
+from areal_core.workflows.tools import CallFormat, ToolCall, ToolSpec, call_format as call_format_of
 
 TOOL_SOURCES = "a run directory of `areal train` with a tool-using workflow, or calls=N,seconds=S[,p99=S][,result_tokens=N]"
-CALL_TEXT = {"xml": '<tool name="{tool}">{args}</tool>', "fenced": "```{tool}\n{args}\n```\n"}
+CALL_TEXT = {"xml": '<tool name="{tool}">{args}</tool>', "fenced": "```{tool}\n{args}\n```\n"}   # BUILTIN_FORMATS'
 _TURN = re.compile(r"^(?P<episode>.*)\.t(?P<turn>\d+)$")   # EpisodeContext.generate's request id of a later turn
 
 
@@ -229,28 +229,35 @@ def split_turn(rid: str) -> tuple[str, int]:
     return (match["episode"], int(match["turn"])) if match else (rid, 0)
 
 
+def call_texts(call_format: Any, fmt: CallFormat, tool: str) -> list[str]:
+    """Texts a simulated turn may end with to call `tool`: the built-in format's call, else a few guesses for a
+    format of the workflow's own (the first the format reads back as a call of `tool` is taken)."""
+    if isinstance(call_format, str):
+        return [CALL_TEXT[call_format].format(tool=tool, args="1")]
+    stop = fmt.stop[0]
+    return [f"1{stop}", f"{tool}(1){stop}", f"{tool} 1{stop}", f"{tool}: 1{stop}", f"<{tool}>1{stop}"]
+
+
 class CallWriter:
     """What a simulated turn ends with: the ids of a tool call in the workflow's call format while its episode has
     calls left (the turn asked to stop on the format's stop strings), else nothing (a final answer). The tools are
     called in the order the workflow lists them, round and round."""
 
     def __init__(self, use: ToolUse, call_format: Any, tools: list[str], tokenizer: Any) -> None:
-        if not isinstance(call_format, str) or call_format not in CALL_TEXT:
-            raise ConfigError(f"areal plan writes the built-in call formats ({', '.join(CALL_TEXT)}); call_format "
-                              f"{call_format!r} is the workflow's own: plan with call_format=xml, which costs the "
-                              "same tokens to within a few")
-        self.use = use
-        fmt = BUILTIN_FORMATS[call_format]
-        self.stop = fmt.stop
+        fmt = call_format_of(call_format, "workflow option call_format")
+        self.use, self.stop = use, fmt.stop
         self.calls: list[list[int]] = []
         for tool in tools:
-            ids = list(tokenizer(CALL_TEXT[call_format].format(tool=tool, args="1"),
-                                 add_special_tokens=False)["input_ids"])
-            found = fmt.find(decode_response(tokenizer, [SIMULATED_TOKEN] * 3 + ids))
-            if not isinstance(found, ToolCall) or found.name != tool:
-                raise ConfigError(f"the tokenizer does not give back a call of tool {tool!r} in the {call_format} "
-                                  f"format from its own tokens (read {found!r}); a simulated turn cannot call it")
-            self.calls.append(ids)
+            for text in call_texts(call_format, fmt, tool):
+                ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+                found = fmt.find(decode_response(tokenizer, [SIMULATED_TOKEN] * 3 + ids))
+                if isinstance(found, ToolCall) and found.name == tool:
+                    self.calls.append(ids)
+                    break
+            else:
+                raise ConfigError(f"areal plan cannot write a call of tool {tool!r} in call_format {call_format!r} "
+                                  f"that the workflow reads back (tried {', '.join(map(repr, call_texts(call_format, fmt, tool)))}): "
+                                  "plan with call_format=xml, which costs the same tokens to within a few")
         self.longest = max(map(len, self.calls))
 
     def __call__(self, request: GenerateRequest) -> list[int] | None:

@@ -106,8 +106,17 @@ def test_what_a_simulation_cannot_write_or_fit_is_refused_before_it_runs(tmp_pat
     with pytest.raises(ConfigError, match="a tool call takes 32 tokens with this tokenizer, more than a turn"):
         simulate_tools(tmp_path, "short", fixed(1, 1.0), "rollout.max_new_tokens=16")
     own = "rollout.workflow_options={call_format: {pattern: 'CALC\\((?P<args>.*)\\)', stop: ')', tool: calculator}}"
-    with pytest.raises(ConfigError, match="areal plan writes the built-in call formats"):
+    with pytest.raises(ConfigError, match="areal plan cannot write a call of tool 'calculator' in call_format"):
         simulate_tools(tmp_path, "own", fixed(1, 1.0), own)
+
+
+def test_a_call_format_of_the_workflows_own_is_written_when_the_format_reads_a_simple_call_back(tmp_path):
+    """bench/bench_agentic.py's format takes every turn that stops on </tool> as a call: the simulation writes
+    `1</tool>`, and the workflow reads it as a call, as it reads any text a real policy writes."""
+    every_turn = ("rollout.workflow_options={call_format: {pattern: '(?P<args>[\\s\\S]*)', stop: '</tool>', "
+                  "tool: calculator}}")
+    metrics = simulate_tools(tmp_path, "every", fixed(2, 1.0), every_turn)
+    assert all(m["tool_calls_hist"] == [[2, 16]] and m["tool_seconds_mean"] == 1.0 for m in metrics)
 
 
 TASK = {
