@@ -49,7 +49,7 @@ TOOL_CALLS = (r'rollout.workflow_options={tools: [calculator_latency], call_form
 
 def tool_overrides(steps: int) -> list[str]:
     return ["task=calculator", TOOL_CALLS, "eval_task=null", "warmup.enabled=false", f"steps={steps}",
-            "checkpoint_every=0", "rollout.max_new_tokens=24"]
+            "checkpoint_every=0", "rollout.max_new_tokens=24", "rollout.batch_size=8", "rollout.group_size=4"]
 
 
 def configurations(steps: int, every: int) -> dict[str, tuple[list[str], bool]]:
