@@ -105,6 +105,8 @@ class LocalEngine:
         self.decoder = SlottedDecoder(self.model, max_running_requests + kept, self.max_seq_len)
         self.eos_ids = eos_token_ids(model_path, self.tokenizer)
         self._token_texts: dict[int, str] = {}   # a token's own text, for the stop-string check
+        # a tokenizer that cleans up spaces on decode (" 's" -> "'s") can complete a stop string with a later token
+        self._stop_check_always = bool(getattr(self.tokenizer, "clean_up_tokenization_spaces", False))
         self.version = weight_version
         self.max_prefill_tokens = max_prefill_tokens
         self._seeds = itertools.count(seed * 1_000_003)
@@ -470,10 +472,11 @@ class LocalEngine:
         # The step's prefills (up to the token budget) and a token for every decoding request. A forward pads its
         # rows to its widest: prefills and decodes in one would make every decoding row as wide as the longest
         # prefill (a multi-turn episode's next turn joining 255 decoding requests cost 256 x 100 tokens, not
-        # 100 + 255), so a prefill wider than a token gets a forward of its own.
+        # 100 + 255), so prefills get a forward of their own when that padding would outweigh a forward's own cost.
         self.stats["prefill_tokens"] += sum(len(r.tokens) for r in batch)
         self.stats["decode_tokens"] += len(decoding)
-        if batch and decoding and max(len(r.tokens) - r.cached for r in batch) > 1:
+        width = max((len(r.tokens) - r.cached for r in batch), default=1)
+        if batch and len(decoding) * (width - 1) >= SPLIT_PADDING_TOKENS:
             self._forward_and_sample(batch)
             self._forward_and_sample(decoding)
         elif batch or decoding:
@@ -537,17 +540,27 @@ class LocalEngine:
             return "length"
         return None
 
-
     def _may_end_a_stop_string(self, token: int, stops: tuple[str, ...]) -> bool:
-        """False when `token` cannot be the one that completes any of `stops`: its text lacks every stop string's
-        last character (an ASCII one other than a space: a stop string ending in another character is always
-        checked, since a token may hold part of its bytes, and a tokenizer may drop a token's leading space when
-        it is decoded alone). Decoding the tail of every request at every step cost as much as the
-        step itself for tool turns."""
+        """Whether `token` may be the one that completes one of `stops` (token_may_end_a_stop_string); decoding the
+        tail of every request at every step cost as much as the step itself for tool turns."""
+        if self._stop_check_always:
+            return True
         text = self._token_texts.get(token)
         if text is None:
             text = self._token_texts[token] = self.tokenizer.decode([token], skip_special_tokens=False)
-        return any(not stop[-1].isascii() or stop[-1].isspace() or stop[-1] in text for stop in stops)
+        return token_may_end_a_stop_string(text, stops)
+
+
+def token_may_end_a_stop_string(text: str, stops: tuple[str, ...]) -> bool:
+    """False when a token whose own text is `text` cannot complete any of `stops`: it lacks every stop string's last
+    character. Only an ASCII last character other than a space is trusted: a token may hold part of a multi-byte
+    character's bytes, and a tokenizer may drop a token's leading space when it is decoded alone."""
+    return any(not stop[-1].isascii() or stop[-1].isspace() or stop[-1] in text for stop in stops)
+
+
+# Padding (decoding rows x (prefill width - 1)) past which prefills get a forward of their own: on the 2-core CPU a
+# forward's fixed cost is about 40 token-rows of the embedded model's (the profile's step_s / sequence_s)
+SPLIT_PADDING_TOKENS = 64
 
 
 def _signed(value: int) -> int:

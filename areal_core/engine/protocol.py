@@ -66,6 +66,9 @@ class SamplingParams:
             raise EngineError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
             raise EngineError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        bad = [s for s in self.stop if not isinstance(s, str) or not s]
+        if bad:
+            raise EngineError(f"stop strings must be non-empty strings, got {bad[0]!r}")
 
     def to_sglang(self) -> dict[str, Any]:
         """The `sampling_params` object of SGLang's /generate."""
@@ -124,7 +127,7 @@ EXCLUDED_LOGPROB = -1.0e4
 # How long a generation server keeps an idle HTTP connection open. Clients close theirs after 2 s, so the
 # server never closes a connection the client may reuse: where the server closes first, a request sent as it
 # does is reset. uvicorn's default, 5 s, leaves 3 s of margin, which a client stalled on a loaded machine can
-# lose (the likeliest cause of a reset /generate seen once in CI). `areal serve` uses it; SGLang servers
+# lose. `areal serve` uses it; SGLang servers
 # launched by areal get it as SGLANG_TIMEOUT_KEEP_ALIVE.
 SERVER_KEEP_ALIVE_SECONDS = 65
 

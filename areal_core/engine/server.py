@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -41,6 +42,8 @@ from areal_core.engine.protocol import (
     SamplingParams,
 )
 from areal_core.engine.weight_sync import WEIGHT_GROUP, check_bucket
+
+log = logging.getLogger(__name__)
 
 
 def weight_version_spans(versions: list[int]) -> list[dict[str, Any]]:
@@ -103,11 +106,16 @@ def build_app(engine: LocalEngine) -> FastAPI:
     def error(message: str, status: int = 400) -> JSONResponse:
         return JSONResponse({"error": {"message": message}}, status_code=status)
 
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect) -> Response:
+        # the answer goes nowhere (the client closed its connection before its request was read): one line, not a
+        # traceback; 499 is what nginx logs for it
+        log.info("%s %s: the client closed the connection before its request was read", request.method,
+                 request.url.path)
+        return Response(status_code=499)
+
     async def body(request: Request) -> dict[str, Any]:
-        try:
-            raw = await request.body()
-        except ClientDisconnect:   # the answer goes nowhere; say so in one line, not a traceback
-            raise EngineError("the client closed the connection before its request was read") from None
+        raw = await request.body()
         if not raw:
             return {}
         data = await request.json()

@@ -101,9 +101,9 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
                    "long tail; drawn per request, cut at rollout.max_new_tokens (default: the workflow's, else every "
                    "response rollout.max_new_tokens long).")
 @click.option("--tools", "tools_source", metavar="RUN_DIR|calls=N,seconds=S[,p99=S][,result_tokens=N]", default=None,
-              help="A tool-using workflow's calls: a run directory that used them (its tool_calls_hist, tool seconds "
+              help="A tool-using workflow's calls: a run directory that made them (its tool_calls_hist, tool seconds "
                    "and result tokens), or calls an episode (Poisson mean), seconds a call (a log-normal with p99), "
-                   "tokens a result (default: those of the --lengths run).")
+                   "tokens a result (default: the --lengths run's, when it made calls; --tools replaces it whole).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where plan.json, plan.png and the simulated runs go (default: runs/plan-<time>).")
 def predict_command(profile: Path, run: tuple[str, ...], gpus: int, generation_gpus: int | None, etas: str,

@@ -20,7 +20,7 @@ from areal_core.errors import ConfigError
 from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
-from areal_core.plan.tools import tools_of
+from areal_core.plan.tools import ToolUse, tools_of
 from areal_core.plan.workload import Workload, describe
 from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
 from areal_core.tasks import get_task
@@ -94,12 +94,15 @@ def measure(summary: dict[str, Any], metrics: list[dict[str, Any]], servers: int
 
 def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpus: int, etas: Iterable[int],
             generation_gpus: int | None = None, echo: Callable[[str], None] = lambda line: None,
-            lengths: LengthModel | None = None, tools: Any = None) -> dict[str, Any]:
+            lengths: LengthModel | None = None, tools: ToolUse | None = None) -> dict[str, Any]:
     """Simulate every scenario, each response as long as `lengths` draws (a Workload: plan/workload.py), a
     tool-using workflow's calls as `tools` (or the workload's run) draws them (plan/tools.py); the report (also
     written to out_dir/plan.json)."""
     workload = describe_workload(run, lengths)
-    tools = tools or tools_of(lengths)
+    config = load_config(TrainConfig, None, list(run))
+    if choose_workflow(get_task(config.task, config.data_dir), config.rollout.workflow_options,
+                       config.rollout.workflow).spec.uses_tools:
+        tools = tools or tools_of(lengths)   # (given to a workflow without tools, the simulation refuses it)
     if tools is not None:
         workload = workload or {"text": "no --lengths"}
         workload["tools"] = tools.summary()
@@ -174,4 +177,5 @@ ASSUMPTIONS = [
 ]
 TOOL_ASSUMPTION = ("a tool-using episode's calls, each call's seconds and its result's tokens are drawn from the tool "
                    "model (--tools), whatever the policy's version; a tool's seconds do not depend on how many run at "
-                   "once")
+                   "once; a later turn prefills its whole context (no prefix cache), and costs the profile's request_s "
+                   "like a first turn (the workflow's own work on a turn is not measured apart)")

@@ -62,11 +62,15 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
                         lengths: LengthModel | None = None, echo: Callable[[str], None] = lambda line: None,
                         tools: ToolUse | None = None) -> dict[str, Any]:
     """Run `config`'s steps on the simulated cluster (on the running VirtualClockLoop); returns the summary. A
-    workflow that calls tools needs `tools` (or a workload from a run that called them: its `tools`)."""
+    workflow that calls tools needs `tools`, or `lengths` drawn from a run that called them (plan/tools.py's
+    tools_of); `tools` for a workflow that calls none is refused."""
     config = simulation_config(config, costs)
     task = get_task(config.task, config.data_dir)
     workflow = choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow)
     calls = simulated_tools = None
+    if tools is not None and not workflow.spec.uses_tools:
+        raise ConfigError(f"a tool model was given, but workflow {workflow.name!r} of task {task.name!r} calls no "
+                          "tools: set rollout.workflow (e.g. tool_calls), or leave --tools out")
     if workflow.spec.uses_tools:   # the workflow runs; the policy's calls and the tools are drawn (plan/tools.py)
         tools = tools or tools_of(lengths)
         if tools is None:
@@ -74,6 +78,9 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
                               f"`areal plan --tools` {TOOL_SOURCES} (or --lengths of a run that called tools)")
         names = list(workflow.tools)
         calls = CallWriter(tools, workflow.options.get("call_format", "xml"), names, tokenizer)
+        if calls.any_turn_calls:
+            echo(f"note: workflow {workflow.name!r}'s call format reads any turn as a call: its limits, not the tool "
+                 "model's calls per episode, decide how many an episode makes (as in a real run)")
         turn_tokens = EpisodeLimits.from_options(workflow.options, config.rollout.max_new_tokens, "workflow").max_new_tokens
         writes_calls = workflow.spec.run is tool_calls or "call_format" in workflow.options   # the policy calls
         if writes_calls and tools.calls.max > 0 and calls.longest > turn_tokens:

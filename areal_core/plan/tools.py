@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import math
 import random
 import re
@@ -35,6 +36,7 @@ from areal_core.plan.engine import SIMULATED_TOKEN
 from areal_core.plan.workload import Histogram, Workload, _rows, _whole
 from areal_core.workflows.builtin import DEFAULT_RESULT_FORMAT, lognormal_parameters
 from areal_core.workflows.episode import chat_suffix, decode_response
+from areal_core.workflows.runtime import current_episode
 from areal_core.workflows.tools import CallFormat, ToolCall, ToolSpec, call_format as call_format_of
 
 TOOL_SOURCES = "a run directory of `areal train` with a tool-using workflow, or calls=N,seconds=S[,p99=S][,result_tokens=N]"
@@ -134,8 +136,8 @@ def load_tool_use(source: str | Path, seed: int = 0) -> ToolUse:
         raise ConfigError(f"tools {text}: no such run directory or metrics.jsonl; expected {TOOL_SOURCES}")
     use = tools_from_run(metrics, seed)
     if use is None:
-        raise ConfigError(f"tools {text}: no step logs tool_calls_hist (a run without a tool-using workflow, or made "
-                          f"before tool calls were logged); expected {TOOL_SOURCES}")
+        raise ConfigError(f"tools {text}: no step made a tool call (a run without a tool-using workflow, its policy "
+                          f"never called one, or made before tool calls were logged); expected {TOOL_SOURCES}")
     return use
 
 
@@ -181,7 +183,7 @@ def poisson(mean: float, resolution: int = 1_000_000) -> Histogram:
 
 
 def tools_from_run(metrics: Path, seed: int = 0) -> ToolUse | None:
-    """A run's tool calls pooled over its steps; None when no step logs tool_calls_hist."""
+    """A run's tool calls pooled over its steps; None when no step logs tool_calls_hist or made a call."""
     calls: list[tuple[int, int]] = []
     seconds: list[tuple[float, EmpiricalSeconds]] = []
     results = weight = 0.0
@@ -210,7 +212,7 @@ def tools_from_run(metrics: Path, seed: int = 0) -> ToolUse | None:
         if made and isinstance(row.get("tool_result_tokens_mean"), (int, float)):
             results += made * row["tool_result_tokens_mean"]
             weight += made
-    if not calls:
+    if not any(c for c, n in calls if n):   # no step made a call (a feedback run, an untrained policy)
         return None
     return ToolUse(source=str(metrics.parent), calls=Histogram.of(calls), seconds=tuple(seconds),
                    result_tokens=results / weight if weight else 0.0, seed=seed)
@@ -259,6 +261,9 @@ class CallWriter:
                                   f"that the workflow reads back (tried {', '.join(map(repr, call_texts(call_format, fmt, tool)))}): "
                                   "plan with call_format=xml, which costs the same tokens to within a few")
         self.longest = max(map(len, self.calls))
+        # a format that reads any text as a call (bench_agentic's: every turn is one): the workflow's limits, not the
+        # drawn calls, decide how many an episode makes, as in a real run
+        self.any_turn_calls = isinstance(fmt.find(decode_response(tokenizer, [SIMULATED_TOKEN] * 4)), ToolCall)
 
     def __call__(self, request: GenerateRequest) -> list[int] | None:
         if not any(stop in request.sampling_params.stop for stop in self.stop):
@@ -274,14 +279,15 @@ class SimulatedTools:
     drawn number of tokens (less what the workflow wraps a result in: `overhead_tokens`)."""
 
     def __init__(self, use: ToolUse, names: list[str], tokenizer: Any, overhead_tokens: int = 0) -> None:
-        self.use, self.calls = use, 0
+        self.use, self.calls = use, collections.Counter()
         self.text = filler(tokenizer, max(0, round(use.result_tokens) - overhead_tokens))
         self.specs = {name: ToolSpec(name=name, fn=self._call, plugin="areal plan (simulated)",
                                      description=f"simulated {name}") for name in names}
 
     async def _call(self, arguments: str, **options: Any) -> str:
-        self.calls += 1
-        await asyncio.sleep(self.use.seconds_of(str(self.calls)))
+        episode = current_episode.get() or ""   # the same episode's k-th call takes the same seconds in every scenario
+        self.calls[episode] += 1
+        await asyncio.sleep(self.use.seconds_of(f"{episode}#{self.calls[episode]}"))
         return self.text
 
 

@@ -9,6 +9,7 @@ built (a malformed row) fails before the workflow starts, the same way.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from areal_core.workflows.tools import ToolResult, ToolSpec, run_tool
 
 log = logging.getLogger(__name__)
 DEFAULT_WORKFLOW = "single_turn"
+# The request id of the episode running in this task: a tool may read it (`areal plan`'s simulated tools draw
+# each call's seconds from it, so the same episode's calls take the same seconds in every scenario)
+current_episode: contextvars.ContextVar[str | None] = contextvars.ContextVar("areal_current_episode", default=None)
 PROMPT_CACHE_SIZE = 4096
 
 
@@ -120,7 +124,11 @@ class EpisodeRunner:
         """One episode of `sample`, scored (by the workflow, or here on its final response), with its seconds
         (episode.seconds, and episode.reward_seconds of its reward calls)."""
         started, reward_seconds = asyncio.get_running_loop().time(), [0.0]
-        episode = await self._episode(sample, sampling, rid, reward_seconds)
+        token = current_episode.set(rid)
+        try:
+            episode = await self._episode(sample, sampling, rid, reward_seconds)
+        finally:
+            current_episode.reset(token)
         episode.seconds, episode.reward_seconds = asyncio.get_running_loop().time() - started, reward_seconds[0]
         return episode
 

@@ -11,6 +11,7 @@ import socket
 import struct
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -394,6 +395,26 @@ def test_a_request_whose_connection_this_client_closed_is_sent_again_and_the_ser
     with torch.no_grad():   # greedy: the tokens of one uninterrupted generation
         logits = model(torch.tensor([[6, 85] + out.output_ids])).logits[0, 1:-1]
     assert out.output_ids == logits.argmax(-1).tolist()
+
+
+def test_a_client_that_leaves_before_its_request_is_read_costs_areal_serve_no_traceback(areal_pair):
+    """A /generate and an /abort_request whose clients close mid-body (what the pool's close above does to a request
+    in flight): `areal serve` answers the next requests as before, and its log holds no traceback for them."""
+    a = areal_pair[0]
+    log = Path(a.log_path)
+    before = log.read_text(errors="replace")
+    host, port = a.url.removeprefix("http://").split(":")
+    for path in ("/generate", "/abort_request"):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: 1000\r\n\r\n{{\"input_ids\": [6,".encode())
+            time.sleep(0.3)
+    answer = httpx.post(f"{a.url}/generate", json={"input_ids": [6, 85], "sampling_params": {"max_new_tokens": 2}},
+                        timeout=30)
+    assert answer.status_code == 200 and len(answer.json()["output_ids"]) == 2
+    time.sleep(0.5)
+    added = log.read_text(errors="replace")[len(before):]
+    assert "Traceback" not in added and "Exception in ASGI application" not in added, added[-2000:]
 
 
 def test_closed_by_this_client_tells_our_own_close_from_a_servers_reset():

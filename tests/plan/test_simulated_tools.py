@@ -4,6 +4,7 @@ drawn seconds on the virtual clock through `run_tool` (its timeout included); a 
 model is drawn from, and `areal plan --lengths RUN_DIR` simulates that run's tool calls."""
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 
@@ -78,6 +79,47 @@ def test_calls_are_drawn_per_episode_and_only_for_turns_that_may_call(tmp_path):
     assert statistics.fmean(drawn) == pytest.approx(1.5, abs=0.01)
 
 
+def test_an_episodes_calls_take_the_same_seconds_whatever_order_the_episodes_call_in():
+    """The simulated tools draw a call's seconds from its episode and its place in it, not from the order calls
+    come in: the sync and async scenarios of one plan give an episode the same tool seconds."""
+    from areal_core.plan.clock import run_virtual
+    from areal_core.plan.tools import SimulatedTools
+    from areal_core.workflows.runtime import current_episode
+
+    use = load_tool_use("calls=2,seconds=1,p99=8")
+
+    def seconds(order: list[str]) -> dict[tuple[str, int], float]:
+        tools = SimulatedTools(use, ["calculator"], build_char_tokenizer())
+        call = tools.specs["calculator"].fn
+        taken: dict[tuple[str, int], float] = {}
+
+        async def calls() -> None:
+            for k, episode in enumerate(order):
+                current_episode.set(episode)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                await call("1")
+                taken[episode, order[:k + 1].count(episode)] = loop.time() - started
+
+        run_virtual(calls())
+        return taken
+
+    forward = seconds(["p0.0", "p0.0", "p1.0", "p2.3", "p1.0"])
+    backward = seconds(["p2.3", "p1.0", "p1.0", "p0.0", "p0.0"])
+    assert forward == pytest.approx(backward) and len(set(forward.values())) == 5
+
+
+def test_a_tool_model_is_only_for_a_workflow_that_calls_tools(tmp_path):
+    from areal_core.plan.tools import tools_from_run
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "tool_calls_hist": [[0, 32]], "turns": 64}) + "\n")
+    assert tools_from_run(tmp_path / "metrics.jsonl") is None   # a feedback run, an untrained policy: no calls
+    with pytest.raises(ConfigError, match="no step made a tool call"):
+        load_tool_use(tmp_path)
+    with pytest.raises(ConfigError, match="workflow 'single_turn' of task 'arithmetic' calls no tools"):
+        simulate_tools(tmp_path, "plain", fixed(1, 1.0), "task=arithmetic")
+
+
 def test_a_tool_model_is_read_from_parameters_and_bad_ones_are_refused_by_name(tmp_path):
     use = load_tool_use("calls=2,seconds=0.5,p99=4,result_tokens=30")
     assert use.summary()["calls_mean"] == pytest.approx(2.0, abs=0.01) and use.result_tokens == 30
@@ -93,7 +135,7 @@ def test_a_tool_model_is_read_from_parameters_and_bad_ones_are_refused_by_name(t
     with pytest.raises(ConfigError, match="no such run directory"):
         load_tool_use(tmp_path / "missing")
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "responses": 4}) + "\n")
-    with pytest.raises(ConfigError, match="no step logs tool_calls_hist"):
+    with pytest.raises(ConfigError, match="no step made a tool call"):
         load_tool_use(tmp_path)
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "tool_calls_hist": [[1, -2]]}) + "\n")
     with pytest.raises(ConfigError, match="tool_calls_hist must be"):
@@ -111,11 +153,12 @@ def test_what_a_simulation_cannot_write_or_fit_is_refused_before_it_runs(tmp_pat
 
 
 def test_a_call_format_of_the_workflows_own_is_written_when_the_format_reads_a_simple_call_back(tmp_path):
-    """bench/bench_agentic.py's format takes every turn that stops on </tool> as a call: the simulation writes
-    `1</tool>`, and the workflow reads it as a call, as it reads any text a real policy writes."""
+    """bench/bench_agentic.py's format takes every turn as a call: the simulation writes `1</tool>` where the model
+    calls, and the workflow reads every turn as a call, as it reads any text a real policy writes."""
     every_turn = ("rollout.workflow_options={call_format: {pattern: '(?P<args>[\\s\\S]*)', stop: '</tool>', "
                   "tool: calculator}}")
-    metrics = simulate_tools(tmp_path, "every", fixed(2, 1.0), every_turn)
+    metrics = simulate_tools(tmp_path, "every", fixed(1, 1.0), every_turn)
+    # every turn reads as a call, so the task's max_tool_calls (2), not the model's one call, decides, as in a run
     assert all(m["tool_calls_hist"] == [[2, 16]] and m["tool_seconds_mean"] == 1.0 for m in metrics)
 
 
