@@ -559,7 +559,9 @@ def token_may_end_a_stop_string(text: str, stops: tuple[str, ...]) -> bool:
 
 
 # Padding (decoding rows x (prefill width - 1)) past which prefills get a forward of their own: on the 2-core CPU a
-# forward's fixed cost is about 40 token-rows of the embedded model's (the profile's step_s / sequence_s)
+# forward's fixed cost is about 40 token-rows of the embedded model (the profile's step_s / sequence_s), and 64 leaves
+# a margin. A GPU's forward costs far more token-rows of launch overhead; the local engine on a GPU is the GPU
+# check's (bench/gpu_check.sh), which has not run on one yet.
 SPLIT_PADDING_TOKENS = 64
 
 

@@ -110,8 +110,8 @@ def build_app(engine: LocalEngine) -> FastAPI:
     async def client_left(request: Request, exc: ClientDisconnect) -> Response:
         # the answer goes nowhere (the client closed its connection before its request was read): one line, not a
         # traceback; 499 is what nginx logs for it
-        log.info("%s %s: the client closed the connection before its request was read", request.method,
-                 request.url.path)
+        log.warning("%s %s: the client closed the connection before its request was read", request.method,
+                    request.url.path)
         return Response(status_code=499)
 
     async def body(request: Request) -> dict[str, Any]:

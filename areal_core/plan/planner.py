@@ -20,7 +20,7 @@ from areal_core.errors import ConfigError
 from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
-from areal_core.plan.tools import ToolUse, tools_of
+from areal_core.plan.tools import CallWriter, ToolUse, tools_of
 from areal_core.plan.workload import Workload, describe
 from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
 from areal_core.tasks import get_task
@@ -100,13 +100,18 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
     written to out_dir/plan.json)."""
     workload = describe_workload(run, lengths)
     config = load_config(TrainConfig, None, list(run))
-    if choose_workflow(get_task(config.task, config.data_dir), config.rollout.workflow_options,
-                       config.rollout.workflow).spec.uses_tools:
+    workflow = choose_workflow(get_task(config.task, config.data_dir), config.rollout.workflow_options,
+                               config.rollout.workflow)
+    if workflow.spec.uses_tools:
         tools = tools or tools_of(lengths)   # (given to a workflow without tools, the simulation refuses it)
     if tools is not None:
         workload = workload or {"text": "no --lengths"}
         workload["tools"] = tools.summary()
         workload["text"] += f"; {tools.describe()}"
+        if workflow.spec.uses_tools and CallWriter(tools, workflow.options.get("call_format", "xml"),
+                                                   list(workflow.tools), tokenizer).any_turn_calls:
+            workload["text"] += (f" (workflow {workflow.name!r}'s call format reads any turn as a call: its limits, "
+                                 "not the calls an episode, decide how many it makes)")
     rewards = getattr(lengths, "rewards", None)   # a run's reward rate and uniform groups, with its lengths
     if rewards:
         profile = dataclasses.replace(profile, rewards=dataclasses.replace(profile.rewards, **rewards))

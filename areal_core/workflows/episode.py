@@ -193,6 +193,8 @@ class EpisodeContext:
         if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
                                            or max_new_tokens < 1):
             raise ValueError(f"generate(max_new_tokens={max_new_tokens!r}): expected a whole number >= 1")
+        if any(not isinstance(s, str) or not s for s in stop):   # the workflow's mistake, not the engine's
+            raise ValueError(f"generate(stop={stop!r}): stop strings must be non-empty strings")
         turn = episode.generations
         budget = min(max_new_tokens or self.limits.max_new_tokens, self.limits.max_new_tokens)
         if self.limits.max_total_tokens is not None:

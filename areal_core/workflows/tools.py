@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextvars
 import inspect
 import operator
 import re
@@ -122,7 +123,8 @@ def _in_thread(fn: Callable[..., Any], arguments: str, options: dict[str, Any]) 
         except RuntimeError:  # the loop closed while the tool ran
             pass
 
-    threading.Thread(target=work, name="areal-tool", daemon=True).start()
+    context = contextvars.copy_context()   # the episode's (workflows/runtime.py's current_episode), as a task's
+    threading.Thread(target=context.run, args=(work,), name="areal-tool", daemon=True).start()
     return future
 
 

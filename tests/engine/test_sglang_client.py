@@ -415,6 +415,7 @@ def test_a_client_that_leaves_before_its_request_is_read_costs_areal_serve_no_tr
     time.sleep(0.5)
     added = log.read_text(errors="replace")[len(before):]
     assert "Traceback" not in added and "Exception in ASGI application" not in added, added[-2000:]
+    assert added.count("the client closed the connection before its request was read") == 2, added[-2000:]
 
 
 def test_closed_by_this_client_tells_our_own_close_from_a_servers_reset():

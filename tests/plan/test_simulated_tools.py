@@ -18,6 +18,7 @@ from areal_core.plan.tools import CallWriter, ToolUse, load_tool_use, poisson, t
 from areal_core.plan.workload import Histogram, load_workload
 from tests.conftest import run_areal
 from tests.plan.test_plan_command import PROFILE
+from areal_core.rl.config import SYNC_OVERRIDES
 from tests.plan.test_simulated_run import COSTS, run
 
 CALCULATOR = ["task=calculator", "steps=2", "rollout.batch_size=4", "rollout.group_size=4", "warmup.enabled=false",
@@ -49,6 +50,18 @@ def test_the_calculator_workflow_runs_on_the_simulated_cluster_with_the_drawn_ca
         assert 28 <= m["tool_result_tokens_mean"] <= 32
         assert m["episode_seconds_mean"] > 8.0
         assert m["policy_token_fraction"] < 1.0   # the results are in the episode, masked out of the loss
+
+
+def test_the_sync_and_async_scenarios_give_each_episodes_calls_the_same_seconds(tmp_path):
+    """Through the real path (the rollout controller, the episode runner, the workflow, run_tool), a call's seconds
+    come from its episode and place in it: the two scenarios' steps (the same prompts) wait alike on their tools,
+    though their calls come in another order."""
+    use = load_tool_use("calls=2,seconds=1,p99=8,result_tokens=20")
+    sync = simulate_tools(tmp_path, "sync", use, "steps=3", *SYNC_OVERRIDES)
+    asynchronous = simulate_tools(tmp_path, "async", use, "steps=3", "rollout.max_staleness=2")
+    assert [m["prompts"] for m in sync] == [m["prompts"] for m in asynchronous]
+    assert [m["tool_seconds_mean"] for m in sync] == pytest.approx([m["tool_seconds_mean"] for m in asynchronous])
+    assert len({round(m["tool_seconds_mean"], 6) for m in sync}) == 3   # drawn: each step's differ
 
 
 def test_a_tool_slower_than_its_timeout_is_cut_by_run_tool_on_the_virtual_clock(tmp_path):
