@@ -238,3 +238,28 @@ def test_sampled_lengths_generates_exactly_the_drawn_length_of_each_response_pas
     assert {t.finish_reason for t in trajectories} == {"length"}
     for t in trajectories:
         assert t.seconds > t.reward_seconds > 0
+
+
+def test_a_workflow_asking_for_an_empty_stop_string_or_no_tokens_gets_its_own_error_and_the_engine_serves_on(
+        tmp_path, model_dirs):
+    """ctx.generate checks what a workflow asks before the engine sees it: a ValueError there is the workflow's
+    (its episode is dropped as a workflow failure), not an engine error that fails the prompt's whole group."""
+    from areal_core.workflows.episode import EpisodeContext, EpisodeLimits
+
+    task = _task(tmp_path, None)
+
+    async def run():
+        async with LocalEngine(model_dirs[0], max_seq_len=256) as engine:
+            ctx = EpisodeContext(sample=task.samples()[0], task=task, engine=engine, tokenizer=engine.tokenizer,
+                                 sampling=SamplingParams(max_new_tokens=4, ignore_eos=True), rid="p0.0", options={},
+                                 limits=EpisodeLimits(max_new_tokens=4), tools={}, score=None, call_tool=None)
+            episode = ctx.new_episode()
+            with pytest.raises(ValueError, match=r"generate\(stop=\('</tool>', ''\)\): stop strings must be non-empty"):
+                await ctx.generate(episode, stop=("</tool>", ""))
+            with pytest.raises(ValueError, match="expected a whole number >= 1"):
+                await ctx.generate(episode, max_new_tokens=0)
+            await ctx.generate(episode, stop=("</tool>",))
+            return episode
+
+    episode = asyncio.run(run())
+    assert episode.generations == 1 and len(episode.tokens) <= 4
