@@ -19,7 +19,6 @@ number of tokens. Every draw is reproducible from its request id (and `seed`).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import math
 import random
@@ -33,7 +32,7 @@ from typing import Any
 from areal_core.engine.protocol import GenerateRequest
 from areal_core.errors import ConfigError
 from areal_core.plan.engine import SIMULATED_TOKEN
-from areal_core.plan.workload import Histogram, Workload, _rows, _whole
+from areal_core.plan.workload import Histogram, Quantiles, Workload, _rows, _whole, cumulative_weights, pick_part
 from areal_core.workflows.builtin import DEFAULT_RESULT_FORMAT, lognormal_parameters
 from areal_core.workflows.episode import chat_suffix, decode_response
 from areal_core.workflows.runtime import current_episode
@@ -44,22 +43,11 @@ CALL_TEXT = {"xml": '<tool name="{tool}">{args}</tool>', "fenced": "```{tool}\n{
 _TURN = re.compile(r"^(?P<episode>.*)\.t(?P<turn>\d+)$")   # EpisodeContext.generate's request id of a later turn
 
 
-@dataclass(frozen=True)
-class EmpiricalSeconds:
-    """Seconds known at probabilities (0 and 1 included), linear between them."""
+class EmpiricalSeconds(Quantiles):
+    """Seconds known at probabilities (0 and 1 included), linear between them; a draw is not rounded."""
 
-    probabilities: tuple[float, ...]
-    values: tuple[float, ...]
-
-    def draw(self, u: float) -> float:
-        p, q = self.probabilities, self.values
-        i = min(max(bisect.bisect_right(p, u) - 1, 0), len(p) - 2)
-        return q[i] + (q[i + 1] - q[i]) * (u - p[i]) / (p[i + 1] - p[i])
-
-    @property
-    def mean(self) -> float:
-        p, q = self.probabilities, self.values
-        return sum((p[i + 1] - p[i]) * (q[i] + q[i + 1]) / 2 for i in range(len(p) - 1))
+    def draw(self, u: float) -> float:  # type: ignore[override]
+        return self.value(u)
 
 
 @dataclass(frozen=True)
@@ -89,11 +77,7 @@ class ToolUse:
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        running, cumulative = 0.0, []
-        for weight, _ in self.seconds:
-            running += weight
-            cumulative.append(running)
-        object.__setattr__(self, "_cumulative", tuple(cumulative))
+        object.__setattr__(self, "_cumulative", cumulative_weights(self.seconds))
 
     def calls_in(self, episode: str) -> int:
         """How many tool calls the episode with request id `episode` makes."""
@@ -104,8 +88,7 @@ class ToolUse:
         if not self.seconds:
             return self.fixed_seconds
         rng = random.Random(zlib.crc32(f"seconds {call}".encode()) ^ self.seed)
-        index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
-        return max(0.0, self.seconds[min(index, len(self.seconds) - 1)][1].draw(rng.random()))
+        return max(0.0, pick_part(self.seconds, self._cumulative, rng.random()).draw(rng.random()))
 
     @property
     def mean_seconds(self) -> float:

@@ -23,6 +23,7 @@ same lengths; a draw over the run's max_new_tokens is cut at it, as a real engin
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 import random
@@ -102,10 +103,14 @@ class Quantiles:
     probabilities: tuple[float, ...]   # increasing, from 0 to 1
     values: tuple[float, ...]          # non-decreasing
 
-    def draw(self, u: float) -> int:
+    def value(self, u: float) -> float:
+        """The value at probability u, linear between the known ones."""
         p, q = self.probabilities, self.values
         i = min(max(bisect.bisect_right(p, u) - 1, 0), len(p) - 2)
-        return round(q[i] + (q[i + 1] - q[i]) * (u - p[i]) / (p[i + 1] - p[i]))
+        return q[i] + (q[i + 1] - q[i]) * (u - p[i]) / (p[i + 1] - p[i])
+
+    def draw(self, u: float) -> int:
+        return round(self.value(u))
 
     def cdf(self, tokens: int) -> float:
         y, p, q = tokens + 0.5, self.probabilities, self.values   # a draw is rounded: <= tokens when below + 0.5
@@ -157,11 +162,7 @@ class Workload:
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        running, cumulative = 0.0, []
-        for weight, _ in self.parts:
-            running += weight
-            cumulative.append(running)
-        object.__setattr__(self, "_cumulative", tuple(cumulative))
+        object.__setattr__(self, "_cumulative", cumulative_weights(self.parts))
 
     def __call__(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> int:
         if self.tail is not None:
@@ -170,8 +171,7 @@ class Workload:
         # copula); otherwise each answer its own step and quantile
         alike = self.prompt_share > 0
         rng = random.Random(zlib.crc32((group_key(rid) if alike else rid).encode()) ^ self.seed)
-        index = bisect.bisect_right(self._cumulative, rng.random() * self._cumulative[-1])
-        part = self.parts[min(index, len(self.parts) - 1)][1]
+        part = pick_part(self.parts, self._cumulative, rng.random())
         u = min(NormalDist().cdf(correlated_normal(rid, self.seed, self.prompt_share)), 1 - 1e-12) if alike \
             else rng.random()
         return max(1, min(part.draw(u), max_new_tokens))
@@ -214,6 +214,17 @@ class Workload:
         if max_new_tokens is not None:
             out["cut_fraction"] = 1 - self.cdf(max_new_tokens)
         return out
+
+
+def cumulative_weights(parts: tuple[tuple[float, Any], ...]) -> tuple[float, ...]:
+    """The running totals of (weight, part) pairs' weights, for `pick_part`."""
+    return tuple(itertools.accumulate(weight for weight, _ in parts))
+
+
+def pick_part(parts: tuple[tuple[float, Any], ...], cumulative: tuple[float, ...], u: float) -> Any:
+    """The part at probability u in [0, 1), each as likely as its weight."""
+    index = bisect.bisect_right(cumulative, u * cumulative[-1])
+    return parts[min(index, len(parts) - 1)][1]
 
 
 def describe(summary: dict[str, Any], max_new_tokens: int | None = None) -> str:
