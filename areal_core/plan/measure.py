@@ -336,14 +336,39 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     """What the step loop trains on of this batch (TrainingRun.trajectories): groups that all scored alike carry no
     gradient and are skipped (rollout.skip_uniform_groups, no KL term), which at a low or high reward rate is most of
     the batch. With a run's workload (a run directory) the share of its responses that run trained on (its rewards,
-    not this model's: the first groups of the batch, at least one); else this batch's own mixed groups, all of it
-    when none is mixed (as the step loop does)."""
+    not this model's; at least one group): the groups whose length comes nearest that run's trained sequences'
+    (`nearest_groups`), else the first ones; without one this batch's own mixed groups, all of it when none is mixed
+    (as the step loop does)."""
     skip = config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0
     if skip and getattr(lengths, "trained_share", None) is not None:
-        kept = groups[:max(1, round(len(groups) * lengths.trained_share))]
+        count = max(1, round(len(groups) * lengths.trained_share))
+        ratio = getattr(lengths, "trained_length_ratio", None)
+        kept = nearest_groups(groups, count, ratio) if ratio else groups[:count]
     else:
         kept = trained_groups(groups, skip)
     return [t for g in kept for t in g.trajectories]
+
+
+def sequence_tokens(trajectories: list[Trajectory]) -> int:
+    return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
+
+
+def nearest_groups(groups: list[Group], count: int, ratio: float) -> list[Group]:
+    """`count` of the groups whose mean sequence (prompt and response tokens) is nearest `ratio` times the batch's:
+    of the groups ordered by their mean, the run of `count` in a row nearest it (a run that trained its short prompts
+    trains short groups here; the profile's responses are as long as the workload draws them, not as its prompts
+    would make them), in the batch's order."""
+    sizes = [(sequence_tokens(g.trajectories), len(g.trajectories)) for g in groups]
+    target = ratio * sum(t for t, _ in sizes) / max(1, sum(n for _, n in sizes))
+    order = sorted(range(len(groups)), key=lambda k: sizes[k][0] / max(1, sizes[k][1]))
+    count = min(count, len(groups))
+
+    def distance(start: int) -> float:
+        window = order[start:start + count]
+        return abs(sum(sizes[k][0] for k in window) / max(1, sum(sizes[k][1] for k in window)) - target)
+
+    start = min(range(len(groups) - count + 1), key=distance)
+    return [groups[k] for k in sorted(order[start:start + count])]
 
 
 async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, repeats: int = REPEATS
@@ -416,7 +441,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "engine_alone_s": alone_e, "engine_alongside_training_s": shared_e,
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
                        "training_alone_phases_s": alone_phases,
-                       "training_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in run_batch),
+                       "training_tokens": sequence_tokens(run_batch),
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 

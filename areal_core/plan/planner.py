@@ -21,7 +21,7 @@ from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
 from areal_core.plan.tools import CallWriter, ToolUse, tools_of
-from areal_core.plan.workload import Workload, describe
+from areal_core.plan.workload import Workload, describe, trained_length_ratio
 from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
 from areal_core.tasks import get_task
 from areal_core.workflows import choose_workflow
@@ -118,6 +118,10 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
         workload["rewards"] = rewards
         workload["text"] += (f"; rewards as in that run: {rewards['correct_rate']:.1%} correct, "
                              f"{rewards['uniform_groups']:.1%} of groups alike (skipped by the step loop)")
+    ratio = trained_length_ratio(lengths, config)
+    if ratio != 1.0:
+        workload["trained_length_ratio"] = ratio
+        workload["text"] += f"; trained sequences {ratio:.2f}x the batch's mean length, as in that run"
     results = []
     for index, scenario in enumerate(scenarios(profile, gpus, etas, generation_gpus)):
         run_dir = out_dir / "runs" / f"{index:03d}"

@@ -66,9 +66,14 @@ class SimulatedTrainer:
     """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
 
     def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
-                 version: int = 0, hardware: SharedHardware | None = None) -> None:
+                 version: int = 0, hardware: SharedHardware | None = None, length_ratio: float = 1.0) -> None:
+        if length_ratio <= 0:
+            raise ValueError(f"the trained sequences' length ratio must be > 0, got {length_ratio}")
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
         self.hardware = hardware   # shared with generation: the phases stretch while it runs
+        # a run's trained sequences' mean length over its batch's (Workload.trained_length_ratio): which groups carry
+        # a gradient follows their prompts, which the simulated rewards do not know, so their tokens are scaled
+        self.length_ratio = length_ratio
         self.tokens_trained = 0
 
     def _work(self, seconds: float) -> None:
@@ -79,8 +84,9 @@ class SimulatedTrainer:
 
     def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
                 top_k: int = -1) -> tuple[int, int]:
-        """(tokens, sequences) of the batch: what its phases cost."""
-        return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories), len(trajectories)
+        """(tokens, sequences) of the batch: what its phases cost (its tokens times the length ratio)."""
+        tokens = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
+        return round(tokens * self.length_ratio), len(trajectories)
 
     def recompute_proximal(self, batch: tuple[int, int]) -> None:
         tokens, sequences = batch
@@ -93,7 +99,7 @@ class SimulatedTrainer:
                    + minibatches * self.costs.optimizer_step_s)
         self.version += 1
         self.tokens_trained += tokens
-        return {"loss": 0.0, "trained_tokens": float(tokens)}
+        return {"loss": 0.0}
 
     # -- WeightStreamingTrainer (rl/trainer.py): the bytes are the profile's; the engine charges their time -------
     def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:

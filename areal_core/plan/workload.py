@@ -159,6 +159,7 @@ class Workload:
     rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
     prompt_share: float = 0.0                     # an empirical one's: how alike one prompt's answers run
     trained_share: float | None = None            # a run's: the share of its responses its step loop trained on
+    trained_length_ratio: float | None = None     # a run's: its trained sequences' mean length over its batch's
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -366,7 +367,7 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
                           f"made before they were logged, or no step ended); expected {SOURCES}")
     return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
                     rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics),
-                    trained_share=run_trained_share(metrics))
+                    trained_share=run_trained_share(metrics), trained_length_ratio=run_trained_length_ratio(metrics))
 
 
 def run_prompt_share(metrics: Path) -> float:
@@ -388,6 +389,30 @@ def run_trained_share(metrics: Path) -> float | None:
              and isinstance(row.get("trained_sequences"), (int, float))]
     responses = sum(r for r, _ in steps)
     return min(1.0, max(0.0, sum(t for _, t in steps) / responses)) if responses > 0 else None
+
+
+def run_trained_length_ratio(metrics: Path) -> float | None:
+    """How long the sequences a run's step loop trained on were against its whole batch's, prompt and response
+    tokens, mean per sequence: (trained_tokens / trained_sequences) / (batch_tokens / responses) over its steps.
+    Which groups are mixed (and so trained) follows their prompts: in the CPU demo the easy, short prompts, 10
+    tokens a sequence against the batch's 14. None for a run that does not log them, or trained nothing."""
+    keys = ("responses", "batch_tokens", "trained_sequences", "trained_tokens")
+    steps = [row for _, row in _rows(metrics) if isinstance(row, dict)
+             and all(isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool) and row[k] >= 0
+                     for k in keys)]
+    responses, batch, sequences, trained = (sum(row[k] for row in steps) for k in keys)
+    if not (responses and batch and sequences and trained):
+        return None
+    return (trained / sequences) / (batch / responses)
+
+
+def trained_length_ratio(lengths: Any, config: Any) -> float:
+    """The ratio a simulated trainer scales its batch's tokens by for `config` (a TrainConfig) on `lengths`: a run's
+    workload's `trained_length_ratio` where the step loop skips uniform groups as that run's did (no KL term), else 1
+    (all of a batch is trained, or the workload does not say)."""
+    ratio = getattr(lengths, "trained_length_ratio", None)
+    skips = config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0
+    return ratio if skips and ratio else 1.0
 
 
 def run_rewards(metrics: Path) -> dict[str, float] | None:

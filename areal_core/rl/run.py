@@ -187,6 +187,10 @@ class TrainingRun:
             "reward_mean": sum(t.reward.score for t in batch) / len(batch),
             "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
+            # prompt + response tokens, of what was trained and of the batch: the groups that carry a gradient are
+            # not a random share of the batch (easy short prompts are the mixed ones), so `areal plan` takes both
+            "trained_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trained),
+            "batch_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch),
             "batch_prompts_used": self.rollout.last_batch_prompts,  # > batch_size: dynamic sampling dropped some
         })
         episodes = [t.episode for t in batch if t.episode]

@@ -100,3 +100,35 @@ def test_streamed_weights_go_through_the_runs_weight_streamer_in_buckets_and_a_d
     assert [m["weight_sync_bytes"] for m in delta_metrics] == [600 << 20] + [20 << 20] * 3
     assert all(m["update_hold_seconds"] < 0.1 for m in delta_metrics[1:])
     assert delta["trajectories_per_second"] > full["trajectories_per_second"]
+
+
+class EightTokens:
+    """Every response 8 tokens; a run's trained sequences at `trained_length_ratio` times its batch's length."""
+
+    def __init__(self, trained_length_ratio: float | None) -> None:
+        self.trained_length_ratio = trained_length_ratio
+
+    def __call__(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> int:
+        return 8
+
+
+def test_the_simulated_trainer_charges_a_runs_trained_sequences_at_that_runs_length_over_its_batchs(tmp_path):
+    def phases(name: str, ratio: float | None, *overrides: str) -> list[tuple[float, int, int, int]]:
+        summary = simulate([*RUN, f"output_dir={tmp_path}", "steps=3", "rollout.skip_uniform_groups=true",
+                            *SYNC_OVERRIDES, *overrides], COSTS, build_char_tokenizer(), tmp_path / name,
+                           lengths=EightTokens(ratio))
+        assert summary["steps"] == 3
+        metrics = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [(m["proximal_seconds"], m["trained_tokens"], m["batch_tokens"], m["trained_sequences"])
+                for m in metrics]
+
+    plain, halved = phases("plain", None), phases("halved", 0.5)
+    # the step loop logs what it trained and the whole batch, prompts and responses; uniform groups were skipped
+    assert all(0 < trained < batch and sequences < 8 * 4 for _, trained, batch, sequences in plain)
+    assert [p[1:] for p in halved] == [p[1:] for p in plain]   # the same groups, drawn by request id
+    # pi_prox costs 1e-4 s a token (and nothing a sequence): charged on the tokens, then on half of them
+    assert [p[0] for p in plain] == pytest.approx([1e-4 * trained for _, trained, _, _ in plain])
+    assert [p[0] for p in halved] == pytest.approx([1e-4 * round(trained * 0.5) for _, trained, _, _ in plain])
+    # a KL term trains the uniform groups too: all of the batch, so the run's ratio no longer applies
+    with_kl = phases("kl", 0.5, "trainer.kl_coef=0.1")
+    assert all(trained == batch and seconds == pytest.approx(1e-4 * trained) for seconds, trained, batch, _ in with_kl)

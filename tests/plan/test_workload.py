@@ -233,6 +233,14 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     trained = load_workload(run_dir).trained_share
     assert 0 < trained <= 1 and trained == pytest.approx(sum(s["trained_sequences"] for s in steps)
                                                   / sum(s["responses"] for s in steps))
+    # and how long its trained sequences ran against its batch's (prompt and response tokens, each step logs both)
+    for s in steps:
+        assert s["batch_tokens"] > s["response_tokens"] and (s["batch_tokens"] - s["response_tokens"]) % 4 == 0
+        assert 0 < s["trained_tokens"] <= s["batch_tokens"]
+        assert (s["trained_tokens"] == s["batch_tokens"]) == (s["trained_sequences"] == s["responses"])
+    ratio = load_workload(run_dir).trained_length_ratio
+    assert ratio == pytest.approx((sum(s["trained_tokens"] for s in steps) / sum(s["trained_sequences"] for s in steps))
+                                  / (sum(s["batch_tokens"] for s in steps) / sum(s["responses"] for s in steps)))
     # drawn as the simulated reward model draws them, groups of the run's size (4) are mixed as often as the run's
     costs = RewardCosts(**rewards)
     groups = [{costs.draw(f"p{g}.{i}")[1] for i in range(4)} for g in range(4000)]
@@ -253,6 +261,23 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     (bare / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
     assert load_workload(bare).rewards is None
     assert load_workload(bare).trained_share == trained   # logged by every step, no config needed
+    assert load_workload(bare).trained_length_ratio == ratio
+    # a run whose trained sequences ran 0.8x its batch's: areal plan charges its simulated trainer so, and says so
+    (bare / "metrics.jsonl").write_text("".join(json.dumps({**s, "trained_tokens": 0.8 * s["trained_sequences"]
+                                                            * s["batch_tokens"] / s["responses"]}) + "\n"
+                                                for s in steps))
+    assert load_workload(bare).trained_length_ratio == pytest.approx(0.8)
+    result = CliRunner().invoke(cli, ["plan", str(profile), "--gpus", "2", "--eta", "0", "--lengths", str(bare),
+                                      "--output", str(tmp_path / "plan-bare"), "task=arithmetic", "steps=2",
+                                      "rollout.batch_size=8", "rollout.group_size=4"])
+    assert result.exit_code == 0, result.output
+    workload = json.loads((tmp_path / "plan-bare" / "plan.json").read_text())["workload"]
+    assert workload["trained_length_ratio"] == pytest.approx(0.8)
+    assert "trained sequences 0.80x the batch's mean length, as in that run" in workload["text"]
+    # a run made before they were logged: no ratio
+    (bare / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in s.items() if k != "batch_tokens"}) + "\n"
+                                                for s in steps))
+    assert load_workload(bare).trained_length_ratio is None
 
 
 def test_the_share_of_length_variance_a_prompt_decides_is_measured_by_the_intraclass_correlation():
