@@ -72,9 +72,17 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
     click.echo(f"generation: a decode step {g.step_s * 1e3:.3g} ms + {g.sequence_s * 1e3:.3g} ms per sequence + "
                f"{g.context_token_s * 1e6:.3g} us per KV token; prefill {g.prefill_token_s * 1e6:.3g} us per token; "
                f"{g.request_s * 1e3:.3g} ms per request on the rollout path; weight load {g.weight_load_s:.3g} s")
-    click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token + {t.proximal_sequence_s * 1e6:.3g} us "
-               f"per sequence, update {t.update_token_s * 1e6:.3g} us per token + {t.update_sequence_s * 1e6:.3g} us per "
-               f"sequence + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
+    if t.per_position:
+        click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token position + "
+                   f"{t.proximal_microbatch_s * 1e3:.3g} ms per micro-batch + {t.proximal_step_s * 1e3:.3g} ms a step, "
+                   f"update {t.update_token_s * 1e6:.3g} us per "
+                   f"position + {t.update_microbatch_s * 1e3:.3g} ms per micro-batch + {t.optimizer_step_s:.3g} s per "
+                   f"optimizer step (positions the step's micro-batches compute"
+                   f"{', prompts packed once' if t.shared_prompts else ''}); publish {t.publish_s:.3g} s")
+    else:
+        click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token + {t.proximal_sequence_s * 1e6:.3g} "
+                   f"us per sequence, update {t.update_token_s * 1e6:.3g} us per token + {t.update_sequence_s * 1e6:.3g} "
+                   f"us per sequence + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
     click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} at once")
     if profile.shared is not None:
         shared = profile.shared

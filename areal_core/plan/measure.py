@@ -50,7 +50,9 @@ from areal_core.workflows.builtin import _Z99
 
 # (requests, prompt tokens, new tokens) of each timed generation; L = 1 isolates the prefill
 GENERATION_GRID = [(b, p, n) for b in (1, 4, 16) for p, n in ((16, 48), (96, 48), (96, 1))]
-TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8))   # (tokens, response tokens a sequence), 16 prompt
+# (tokens, response tokens a sequence), 16-token prompts: long and short answers, and long sequences (multi-turn
+# episodes, reasoning) whose tokens cost more than short ones packed behind their prompt
+TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8), (4096, 176))
 # The batch-level timings (a request's cost beyond the engine, the shared hardware): each taken this many times by
 # default (`areal plan profile --repeats`); on a busy machine more repeats steady them.
 REPEATS = 3
@@ -159,17 +161,25 @@ def synthetic_batch(tokens: int, seed: int, response: int = 48, group: int = 4) 
     return batch
 
 
-def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48
-                  ) -> tuple[int, int, float, float]:
-    """One step of the trainer on a synthetic batch of about `tokens`: (its tokens, its sequences, pi_prox seconds,
-    update seconds)."""
+def training_step(trainer: Any, config: TrainConfig, tokens: int, seed: int, response: int = 48) -> dict[str, Any]:
+    """One step of the trainer on a synthetic batch of about `tokens` (train_on's sample)."""
     return train_on(trainer, config, synthetic_batch(tokens, seed, response, config.rollout.group_size))
 
 
-def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> tuple[int, int, float, float]:
-    """One step of the trainer on `batch`: (its tokens, its sequences, pi_prox seconds, update seconds)."""
-    from areal_core.rl.algorithms import group_advantages
+def shares_prompts(trainer: Any, config: TrainConfig) -> bool:
+    """Whether the trainer packs a prompt's responses behind it (its learner's choice: trainer.share_prompts on an
+    sdpa or eager model; a sharded trainer's learners, in their processes, as the config asks)."""
+    return bool(getattr(getattr(trainer, "learner", None), "share_prompts", config.trainer.share_prompts))
 
+
+def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> dict[str, Any]:
+    """One step of the trainer on `batch`, as a training sample: its tokens, sequences, the positions and
+    micro-batches of the step's plan (rl/trainer.py's step_shape), pi_prox's and the update's seconds."""
+    from areal_core.rl.algorithms import group_advantages
+    from areal_core.rl.trainer import step_shape
+
+    positions, microbatches = step_shape(batch, config.trainer, shares_prompts(trainer, config),
+                                         int(getattr(trainer, "version", 0)))
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
@@ -183,34 +193,49 @@ def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> tupl
     trainer.ppo_update(prepared, advantages)
     if on_gpu:
         torch.cuda.synchronize()
-    actual = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch)
-    return actual, len(batch), proximal - started, time.perf_counter() - proximal
+    return {"tokens": sequence_tokens(batch), "sequences": len(batch), "positions": positions,
+            "microbatches": microbatches, "proximal_s": proximal - started, "update_s": time.perf_counter() - proximal}
 
 
-def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[dict[str, float], list[dict]]:
-    """The trainer's costs (per token and per sequence fitted to batches of long and of short sequences, the rest
-    of an update its optimizer steps), and the timings they were fitted to."""
+def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[dict[str, Any], list[dict]]:
+    """The trainer's costs (fitted to batches of long and of short sequences: fit_training), and the timings they
+    were fitted to."""
     tokens, response = TRAINING_BATCHES[0]
     training_step(trainer, config, tokens, 0, response)   # a warm-up
     samples = []
     for index, (tokens, response) in enumerate(TRAINING_BATCHES):
         timings = [training_step(trainer, config, tokens, index, response) for _ in range(2)]
-        actual, sequences = timings[0][:2]
-        samples.append({"tokens": actual, "sequences": sequences, "proximal_s": min(t[2] for t in timings),
-                        "update_s": min(t[3] for t in timings)})
+        samples.append({**timings[0], "proximal_s": min(t["proximal_s"] for t in timings),
+                        "update_s": min(t["update_s"] for t in timings)})
     started = time.perf_counter()
     trainer.publish(scratch / "published")
     publish_s = time.perf_counter() - started
     started = time.perf_counter()
     trainer.save_checkpoint(scratch / "checkpoint")
     checkpoint_s = time.perf_counter() - started
-    return {**fit_training(samples, config), "publish_s": publish_s, "checkpoint_s": checkpoint_s}, samples
+    return {**fit_training(samples, config, shares_prompts(trainer, config)), "publish_s": publish_s,
+            "checkpoint_s": checkpoint_s}, samples
 
 
-def fit_training(samples: list[dict[str, Any]], config: TrainConfig) -> dict[str, float]:
-    """pi_prox's and the update's costs fitted to (tokens, sequences, proximal_s, update_s) samples, each one's
-    relative error alike: the run's own batch, smaller than the synthetic ones, counts as much (fitted to seconds,
-    a 16-sequence batch of the GPU check's tiny run was predicted at half its measured update)."""
+def fit_training(samples: list[dict[str, Any]], config: TrainConfig, shared_prompts: bool = False
+                 ) -> dict[str, Any]:
+    """pi_prox's and the update's costs fitted to training samples (train_on's), each one's relative error alike:
+    the run's own batch, smaller than the synthetic ones, counts as much (fitted to seconds, a 16-sequence batch of
+    the GPU check's tiny run was predicted at half its measured update). Per position the step's micro-batches
+    compute, per micro-batch and once a step (the update: per optimizer step): on this project's CPU, fitted to the
+    profile's batches, it put the update of 14 batches of 2- to 240-token answers, behind shared prompts or not,
+    within 13% where per token and per sequence (no cost below zero) missed by up to 113%: short answers packed behind
+    their prompt cost less a token, and split into more micro-batches more. Samples without positions (timings of an older profile) are fitted per
+    token and per sequence."""
+    if all("positions" in s for s in samples):
+        proximal = fit_nonnegative(["proximal_token_s", "proximal_microbatch_s", "proximal_step_s"],
+                                   [[s["positions"], s["microbatches"], 1] for s in samples],
+                                   [s["proximal_s"] for s in samples], relative=True)
+        update = fit_nonnegative(["update_token_s", "update_microbatch_s", "optimizer_step_s"],
+                                 [[s["positions"], s["microbatches"], config.trainer.ppo_minibatches] for s in samples],
+                                 [s["update_s"] for s in samples], relative=True)
+        return {**proximal, **update, "proximal_sequence_s": 0.0, "update_sequence_s": 0.0, "per_position": True,
+                "shared_prompts": shared_prompts}
     proximal = fit_nonnegative(["proximal_token_s", "proximal_sequence_s"],
                                [[s["tokens"], s["sequences"]] for s in samples], [s["proximal_s"] for s in samples],
                                relative=True)
@@ -397,12 +422,14 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         return 0.0
 
     alone_phases: list[tuple[float, float]] = []
+    shape: dict[str, int] = {}   # the run batch's step plan: positions, micro-batches
 
     async def training(phases: list[tuple[float, float]] | None = None) -> float:
-        _, _, proximal_s, update_s = await asyncio.to_thread(train_on, trainer, config, run_batch)
+        sample = await asyncio.to_thread(train_on, trainer, config, run_batch)
         if phases is not None:
-            phases.append((proximal_s, update_s))
-        return proximal_s + update_s
+            phases.append((sample["proximal_s"], sample["update_s"]))
+            shape.update(positions=sample["positions"], microbatches=sample["microbatches"])
+        return sample["proximal_s"] + sample["update_s"]
 
     async def alongside(timed: Any, background: Any) -> float:
         stop = asyncio.Event()
@@ -442,6 +469,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
                        "training_alone_phases_s": alone_phases,
                        "training_tokens": sequence_tokens(run_batch),
+                       "training_positions": shape["positions"], "training_microbatches": shape["microbatches"],
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
@@ -482,7 +510,9 @@ def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
     """The run's own batch as a training sample: its tokens and sequences, the fastest phases of its steps timed
     alone (as the synthetic samples take the faster of two)."""
     phases = shared["training_alone_phases_s"]
-    return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"],
+    shape = ({"positions": shared["training_positions"], "microbatches": shared["training_microbatches"]}
+             if "training_positions" in shared else {})
+    return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"], **shape,
             "proximal_s": min(p for p, _ in phases), "update_s": min(u for _, u in phases)}
 
 
@@ -556,7 +586,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
                         shared.update(shared_generation(raw["requests"], raw["shared"]))
                         # the training costs fitted again with the run's own batch among the samples
-                        training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config))
+                        training.update(fit_training([*raw["training_samples"], run_sample(raw["shared"])], config,
+                                                     shares_prompts(trainer, config)))
                         rewards = await measure_rewards(config, service)
             finally:
                 trainer.close()

@@ -23,16 +23,21 @@ from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.clock import charge, charge_until
 from areal_core.plan.colocation import SharedHardware
 from areal_core.rl.config import TrainerConfig
+from areal_core.rl.trainer import step_shape
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import lognormal_parameters
 
 
 @dataclass(frozen=True)
 class TrainingCosts:
-    """A trainer's cost model: seconds per token of the batch (prompt + response) and per sequence (what a sequence
-    costs beyond its tokens: packing, per-sequence work; it matters for short ones) for pi_prox's forward pass and
-    for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step, and for writing
-    the weights (`publish`, disk weight sync) and a checkpoint. Streamed over a process group (engine.weight_sync =
+    """A trainer's cost model: seconds per token of the batch (prompt + response), per sequence (what a sequence
+    costs beyond its tokens) and per micro-batch (a forward/backward pass's own work) for pi_prox's forward pass and
+    for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step and pi_prox's once a
+    step, and for writing
+    the weights (`publish`, disk weight sync) and a checkpoint. With `per_position` (a profile measured by `areal
+    plan profile`) a token is a position the step's micro-batches compute: the real step's plan, padding included,
+    and a prompt's responses packed behind it once when the profiled trainer does so (`shared_prompts`:
+    trainer.share_prompts on an sdpa or eager model), as that changes the work as much as the tokens do. Streamed over a process group (engine.weight_sync =
     distributed | delta), an update sends `weight_bytes`, a delta after the first `trainable_bytes` (the parameters
     the optimizer changes: all of them, unless frozen as LoRA freezes its base model); what a byte costs is the
     engine's (GenerationCosts.stream_byte_s)."""
@@ -46,6 +51,11 @@ class TrainingCosts:
     checkpoint_s: float = 0.0
     weight_bytes: int = 0
     trainable_bytes: int | None = None   # None: weight_bytes
+    proximal_microbatch_s: float = 0.0
+    update_microbatch_s: float = 0.0
+    proximal_step_s: float = 0.0          # pi_prox's own work once a step (as optimizer_step_s is the update's)
+    per_position: bool = False
+    shared_prompts: bool = False
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -83,20 +93,29 @@ class SimulatedTrainer:
             charge_until(self.hardware.train(seconds))
 
     def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
-                top_k: int = -1) -> tuple[int, int]:
-        """(tokens, sequences) of the batch: what its phases cost (its tokens times the length ratio)."""
-        tokens = sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
-        return round(tokens * self.length_ratio), len(trajectories)
+                top_k: int = -1) -> tuple[int, int, int]:
+        """(tokens, sequences, micro-batches) of the batch: what its phases cost. Tokens are the positions the real
+        step's micro-batches compute where the costs count those (per_position), else its prompt and response tokens;
+        times the length ratio either way."""
+        costs = self.costs
+        if costs.per_position or costs.proximal_microbatch_s or costs.update_microbatch_s:
+            positions, microbatches = step_shape(trajectories, self.config, costs.shared_prompts, self.version)
+        else:
+            positions, microbatches = 0, 0
+        tokens = positions if costs.per_position else sum(len(t.prompt_token_ids) + len(t.output_token_ids)
+                                                          for t in trajectories)
+        return round(tokens * self.length_ratio), len(trajectories), microbatches
 
-    def recompute_proximal(self, batch: tuple[int, int]) -> None:
-        tokens, sequences = batch
-        self._work(tokens * self.costs.proximal_token_s + sequences * self.costs.proximal_sequence_s)
+    def recompute_proximal(self, batch: tuple[int, int, int]) -> None:
+        tokens, sequences, microbatches = batch
+        self._work(tokens * self.costs.proximal_token_s + sequences * self.costs.proximal_sequence_s
+                   + microbatches * self.costs.proximal_microbatch_s + self.costs.proximal_step_s)
 
-    def ppo_update(self, batch: tuple[int, int], advantages: Any) -> dict[str, float]:
-        tokens, sequences = batch
+    def ppo_update(self, batch: tuple[int, int, int], advantages: Any) -> dict[str, float]:
+        tokens, sequences, microbatches = batch
         minibatches = self.config.ppo_minibatches
         self._work(tokens * self.costs.update_token_s + sequences * self.costs.update_sequence_s
-                   + minibatches * self.costs.optimizer_step_s)
+                   + microbatches * self.costs.update_microbatch_s + minibatches * self.costs.optimizer_step_s)
         self.version += 1
         self.tokens_trained += tokens
         return {"loss": 0.0}

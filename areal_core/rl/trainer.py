@@ -376,8 +376,8 @@ class PreparedBatch:
     updated: bool = False
 
 
-def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
-    """The shared-prompt packing of `rows` (padded to `width` tokens), or None when it saves nothing.
+def shared_prompt_rows(rows: Sequence[Trajectory]) -> list[tuple[tuple[int, ...], list[int]]]:
+    """(prompt, indices of `rows` behind it) of each row of the shared-prompt packing.
 
     A packed row takes another response only while its attention area (width squared) stays within that
     of the separate rows it replaces, so neither the tokens nor the attention work ever grow: short
@@ -397,6 +397,13 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
             row_width += length
             area += (p + length) ** 2
         groups.append((prompt, current))
+    return groups
+
+
+def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: torch.device) -> _SharedPrompts | None:
+    """The shared-prompt packing of `rows` (padded to `width` tokens: shared_prompt_rows), or None when it saves
+    nothing."""
+    groups = shared_prompt_rows(rows)
     if len(groups) == len(rows):
         return None
     packed, segments, positions = [], [], []
@@ -430,6 +437,31 @@ def share_prompts(rows: Sequence[Trajectory], width: int, pad_id: int, device: t
     return _SharedPrompts(tokens.to(device), position.to(device), allowed[:, None].to(device),
                           torch.tensor(rows_of, dtype=torch.long, device=device)[:, None],
                           torch.tensor(cols_of, dtype=torch.long, device=device))
+
+
+def microbatch_positions(rows: Sequence[Trajectory], shared_prompts: bool = False) -> int:
+    """Token positions the forward pass of a micro-batch of `rows` computes (build_microbatch's layout): every row
+    padded to the widest, or a prompt's responses packed behind it (share_prompts) when that saves rows; an empty
+    micro-batch's one row of two padding tokens."""
+    if not rows:
+        return 2
+    if shared_prompts:
+        packed = shared_prompt_rows(rows)
+        if len(packed) < len(rows):
+            return len(packed) * max(len(prompt) + sum(len(rows[k].output_token_ids) for k in members)
+                                     for prompt, members in packed)
+    return len(rows) * max(len(t.prompt_token_ids) + len(t.output_token_ids) for t in rows)
+
+
+def step_shape(trajectories: Sequence[Trajectory], config: TrainerConfig, shared_prompts: bool,
+               version: int = 0) -> tuple[int, int]:
+    """(token positions, micro-batches) of one training step over the batch, every rank's: the step's own plan
+    (plan_minibatches) in build_microbatch's layout, each forward pass counted once. What `areal plan`'s trainer cost
+    counts: padding and prompts packed once change the work as much as the tokens do, and a micro-batch's pass has a
+    cost of its own."""
+    plan = plan_minibatches(trajectories, config, version) if trajectories else []
+    micro = [m for minibatch in plan for m in minibatch]
+    return sum(microbatch_positions([trajectories[i] for i in m], shared_prompts) for m in micro), len(micro)
 
 
 def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad_id: int, device: torch.device,

@@ -34,11 +34,11 @@ def test_a_trainer_phase_stretches_while_generation_runs_and_decode_steps_slow_w
         trainer = SimulatedTrainer(TrainingCosts(proximal_token_s=1.0, update_token_s=0.0), None, TrainerConfig(),
                                    hardware=hardware)
         try:
-            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1))   # alone: 2 s
+            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1, 0))   # alone: 2 s
             alone = loop.time()
             generation = asyncio.ensure_future(server.generate(request("a", 1, 4)))
             await asyncio.sleep(0)
-            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1))
+            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1, 0))
             trained = loop.time()
             output = await generation
             return alone, trained, loop.time(), output
@@ -108,7 +108,7 @@ def test_without_shared_hardware_nothing_slows():
         trainer = SimulatedTrainer(TrainingCosts(proximal_token_s=1.0, update_token_s=0.0), None, TrainerConfig())
         try:
             generation = asyncio.ensure_future(server.generate(request("a", 1, 4)))
-            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1))
+            await loop.run_in_executor(None, trainer.recompute_proximal, (2, 1, 0))
             trained = loop.time()
             await generation
             return trained, loop.time()
@@ -147,13 +147,52 @@ def test_a_trainer_step_costs_its_tokens_and_its_sequences():
         loop = asyncio.get_running_loop()
         trainer = SimulatedTrainer(costs, None, TrainerConfig(ppo_minibatches=2))
         batch = trainer.prepare([], 1.0)
-        assert batch == (0, 0)
-        await loop.run_in_executor(None, trainer.recompute_proximal, (100, 10))
+        assert batch == (0, 0, 0)
+        await loop.run_in_executor(None, trainer.recompute_proximal, (100, 10, 0))
         proximal = loop.time()
-        await loop.run_in_executor(None, trainer.ppo_update, (100, 10), None)
+        await loop.run_in_executor(None, trainer.ppo_update, (100, 10, 0), None)
         return proximal, loop.time() - proximal
 
     assert run_virtual(main()) == (pytest.approx(1.0 + 1.0), pytest.approx(2.0 + 2.0 + 2.0))
+
+
+def test_a_measured_profile_charges_the_positions_and_micro_batches_of_the_real_steps_plan():
+    from areal_core.types import RewardResult, Trajectory
+
+    def answer(prompt: int, number: int, tokens: int) -> Trajectory:
+        return Trajectory(trajectory_id=f"{prompt}.{number}", task="t", sample_id=str(prompt), group_id=str(prompt),
+                          prompt_token_ids=[prompt] * 12, output_token_ids=[3] * tokens,
+                          output_logprobs=[-1.0] * tokens, output_versions=[0] * tokens, response="",
+                          finish_reason="stop", reward=RewardResult(score=float(number % 2)))
+
+    # eight 4-token answers to one 12-token prompt, a 100- and a 60-token answer to another: 312 tokens
+    batch = [answer(1, k, 4) for k in range(8)] + [answer(2, 0, 100), answer(2, 1, 60)]
+    config = TrainerConfig(ppo_minibatches=1)
+
+    def prepared(**costs) -> tuple[int, int, int]:
+        trainer = SimulatedTrainer(TrainingCosts(proximal_token_s=1e-3, update_token_s=0.0, proximal_microbatch_s=0.5,
+                                                 **costs), None, config)
+        return trainer.prepare(batch, 1.0)
+
+    # the real step packs the two long answers apart from the short ones (2 x 112 positions, the 72 padded; 8 x 16)
+    assert prepared() == (312, 10, 2)
+    assert prepared(per_position=True) == (224 + 128, 10, 2)
+    # behind their shared prompt, the eight short answers take one row of 12 + 8 x 4 positions; the long two stay apart
+    assert prepared(per_position=True, shared_prompts=True) == (224 + 44, 10, 2)
+    # pi_prox: a millisecond a position and half a second a micro-batch
+
+    async def main():
+        trainer = SimulatedTrainer(TrainingCosts(proximal_token_s=1e-3, update_token_s=2e-3, proximal_microbatch_s=0.5,
+                                                 update_microbatch_s=0.25, optimizer_step_s=1.0, per_position=True,
+                                                 shared_prompts=True), None, config)
+        loop = asyncio.get_running_loop()
+        shape = trainer.prepare(batch, 1.0)
+        await loop.run_in_executor(None, trainer.recompute_proximal, shape)
+        proximal = loop.time()
+        await loop.run_in_executor(None, trainer.ppo_update, shape, None)
+        return proximal, loop.time() - proximal
+
+    assert run_virtual(main()) == (pytest.approx(0.268 + 1.0), pytest.approx(0.536 + 0.5 + 1.0))
 
 
 def test_a_share_of_groups_scores_alike_and_the_rest_response_by_response():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from typing import Any
 
 import pytest
 import yaml
@@ -122,6 +123,56 @@ def test_the_training_fit_counts_a_small_batch_as_much_as_the_large_ones():
     assert all(value >= 0 for value in fitted.values())
 
 
+# The local trainer on this project's CPU (2026-12-06, one torch thread, nothing else running): (batch, tokens,
+# sequences, positions its step's micro-batches compute, micro-batches, pi_prox s, update s), the fastest of three.
+# `run`: the CPU demo's trained share (short answers to short prompts); `run-all`, `run-first`: that batch whole and
+# its first 26 groups; `synAxB`: synthetic batches of about A tokens, B-token answers behind 16-token prompts shared
+# by groups of 8.
+TRAINER_TIMINGS = [
+    ("run", 2138, 208, 2202, 4, 0.0310, 0.1023), ("run-all", 6803, 512, 7482, 10, 0.0769, 0.3308),
+    ("run-first", 2962, 208, 2857, 8, 0.0373, 0.1461), ("syn512x48", 512, 8, 512, 2, 0.0118, 0.0315),
+    ("syn2048x48", 2048, 32, 2048, 2, 0.0278, 0.0893), ("syn2048x8", 1920, 80, 1392, 2, 0.0236, 0.0651),
+    ("syn1024x8", 960, 40, 720, 2, 0.0145, 0.0375), ("syn4704x131", 4704, 32, 4704, 2, 0.0661, 0.2017),
+    ("syn4704x48", 4608, 72, 4608, 2, 0.0554, 0.1782), ("syn2048x131", 1176, 8, 1176, 2, 0.0208, 0.0584),
+    ("syn4096x8", 4032, 168, 2832, 2, 0.0414, 0.1165), ("syn8192x240", 8192, 32, 8192, 2, 0.1208, 0.3748),
+    ("syn4096x2", 4032, 224, 1680, 2, 0.0307, 0.0745), ("syn2048x4", 1920, 96, 1016, 2, 0.0180, 0.0456)]
+
+
+def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_of_other_shapes():
+    """Fitted to the profile's kinds of batch (long and short answers, one long-sequence batch, the run's own), the
+    costs per position the step computes and per micro-batch predict the update of every other shape within 15%:
+    answers 2 to 240 tokens long, packed behind their prompt or not, in 2 to 10 micro-batches. Per token and per
+    sequence (the older model, which the same samples without positions still get) misses the short answers packed
+    behind their prompts by more than half."""
+    samples = [dict(zip(("name", "tokens", "sequences", "positions", "microbatches", "proximal_s", "update_s"), row))
+               for row in TRAINER_TIMINGS]
+    profiled = [s for s in samples if s["name"] in {"run", "syn512x48", "syn2048x48", "syn2048x8", "syn1024x8",
+                                                    "syn8192x240"}]
+    config = TrainConfig()
+    fitted = fit_training(profiled, config, shared_prompts=True)
+    assert fitted["per_position"] and fitted["shared_prompts"]
+    assert fitted["proximal_sequence_s"] == fitted["update_sequence_s"] == 0
+    by_tokens = fit_training([{k: v for k, v in s.items() if k != "positions"} for s in profiled], config)
+    assert "per_position" not in by_tokens
+    minibatches = config.trainer.ppo_minibatches
+
+    def update_error(costs: dict[str, Any], s: dict[str, Any], per_position: bool) -> float:
+        seconds = (costs["update_token_s"] * s["positions" if per_position else "tokens"]
+                   + costs["update_sequence_s"] * s["sequences"] + costs.get("update_microbatch_s", 0.0)
+                   * s["microbatches"] + costs["optimizer_step_s"] * minibatches)
+        return seconds / s["update_s"] - 1
+
+    def proximal_error(costs: dict[str, Any], s: dict[str, Any]) -> float:
+        seconds = (costs["proximal_token_s"] * s["positions"] + costs["proximal_microbatch_s"] * s["microbatches"]
+                   + costs["proximal_step_s"])
+        return seconds / s["proximal_s"] - 1
+
+    assert max(abs(update_error(fitted, s, True)) for s in samples) < 0.15
+    assert max(abs(update_error(by_tokens, s, False)) for s in samples) > 0.5
+    # pi_prox, a forward pass: within a third (the whole 512-answer batch, 10 micro-batches, the farthest)
+    assert max(abs(proximal_error(fitted, s)) for s in samples) < 0.33
+
+
 def test_decode_steps_and_a_requests_work_slow_apart_beside_the_trainer():
     """The CPU demo's batch on this machine (2026-12-06): through the rollout path 0.382 s alone, 0.519 s beside
     training (one factor for both: 1.36x); its requests on the engine alone 1.21x slower beside training; the cost
@@ -231,14 +282,19 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     timings = json.loads((tmp_path / "cpu.timings.json").read_text())
     # the grid reaches the run's concurrency (64 prompts x 8 samples: 256 running at once)
     assert max(s["requests"] for s in timings["samples"]) == 256 and all(s["seconds"] > 0 for s in timings["samples"])
-    # per token and per sequence, fitted to batches of long and of short sequences and to the run's own batch
-    assert len(timings["training_samples"]) == 4 and training.proximal_token_s > 0
+    # per position the step computes and per micro-batch, fitted to batches of long and of short sequences and to
+    # the run's own batch; the trainer packs a prompt's answers behind it (the embedded model attends with sdpa)
+    assert len(timings["training_samples"]) == 5 and training.proximal_token_s > 0
+    assert training.per_position and training.shared_prompts
+    assert all(s["positions"] > 0 and s["microbatches"] >= TrainConfig().trainer.ppo_minibatches
+               for s in timings["training_samples"])
     run_batch = run_sample(timings["shared"])
-    assert (run_batch["tokens"], run_batch["sequences"]) == (timings["shared"]["training_tokens"],
-                                                             timings["shared"]["training_sequences"])
+    assert (run_batch["tokens"], run_batch["sequences"], run_batch["positions"], run_batch["microbatches"]) == (
+        timings["shared"]["training_tokens"], timings["shared"]["training_sequences"],
+        timings["shared"]["training_positions"], timings["shared"]["training_microbatches"])
     assert len(timings["shared"]["training_alone_phases_s"]) == 2   # one per --repeats, each timed alone
-    refit = fit_training([*timings["training_samples"], run_batch], TrainConfig())
-    assert {name: getattr(training, name) for name in refit} == pytest.approx(refit)
+    refit = fit_training([*timings["training_samples"], run_batch], TrainConfig(), shared_prompts=True)
+    assert {name: getattr(training, name) for name in refit} == refit
     # the rollout path (controller, workflow, rewards) timed against the engine alone with the same requests
     assert timings["requests"]["requests"] > 0 and generation.request_s >= 0
     assert all(c > 0 for c in timings["requests"]["controller_s"] + timings["requests"]["engine_alone_s"])
