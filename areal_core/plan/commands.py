@@ -80,9 +80,10 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
                    f"optimizer step (positions the step's micro-batches compute"
                    f"{', prompts packed once' if t.shared_prompts else ''}); publish {t.publish_s:.3g} s")
     else:
-        click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token + {t.proximal_sequence_s * 1e6:.3g} "
-                   f"us per sequence, update {t.update_token_s * 1e6:.3g} us per token + {t.update_sequence_s * 1e6:.3g} "
-                   f"us per sequence + {t.optimizer_step_s:.3g} s per optimizer step; publish {t.publish_s:.3g} s")
+        click.echo(f"training: pi_prox {t.proximal_token_s * 1e6:.3g} us per token + "
+                   f"{t.proximal_sequence_s * 1e6:.3g} us per sequence, update {t.update_token_s * 1e6:.3g} us per "
+                   f"token + {t.update_sequence_s * 1e6:.3g} us per sequence + {t.optimizer_step_s:.3g} s per "
+                   f"optimizer step; publish {t.publish_s:.3g} s")
     click.echo(f"rewards: {r.mean_s * 1e3:.3g} ms mean, {r.p99_s * 1e3:.3g} ms p99, {r.workers} at once")
     if profile.shared is not None:
         shared = profile.shared

@@ -50,9 +50,20 @@ from areal_core.workflows.builtin import _Z99
 
 # (requests, prompt tokens, new tokens) of each timed generation; L = 1 isolates the prefill
 GENERATION_GRID = [(b, p, n) for b in (1, 4, 16) for p, n in ((16, 48), (96, 48), (96, 1))]
-# (tokens, response tokens a sequence), 16-token prompts: long and short answers, and long sequences (multi-turn
-# episodes, reasoning) whose tokens cost more than short ones packed behind their prompt
-TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8), (4096, 176))
+# (tokens, response tokens a sequence), 16-token prompts: long and short answers; then long sequences (multi-turn
+# episodes, reasoning), whose tokens cost more than short ones packed behind their prompt, in more than one
+# micro-batch a minibatch, so that a pass's own cost is told from an optimizer step's (training_batches)
+TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8))
+LONG_RESPONSE = 176
+
+
+def training_batches(config: TrainConfig) -> tuple[tuple[int, int], ...]:
+    """The profile's synthetic training batches: TRAINING_BATCHES and a batch of long sequences 1.5 micro-batches a
+    minibatch (trainer.micro_batch_tokens, or micro_batch_size sequences when micro-batches are fixed)."""
+    trainer = config.trainer
+    per_minibatch = (trainer.micro_batch_tokens if trainer.microbatching == "packed"
+                     else trainer.micro_batch_size * (16 + LONG_RESPONSE))
+    return (*TRAINING_BATCHES, (3 * per_minibatch * max(1, trainer.ppo_minibatches) // 2, LONG_RESPONSE))
 # The batch-level timings (a request's cost beyond the engine, the shared hardware): each taken this many times by
 # default (`areal plan profile --repeats`); on a busy machine more repeats steady them.
 REPEATS = 3
@@ -172,14 +183,20 @@ def shares_prompts(trainer: Any, config: TrainConfig) -> bool:
     return bool(getattr(getattr(trainer, "learner", None), "share_prompts", config.trainer.share_prompts))
 
 
+def trainer_ranks(trainer: Any) -> int:
+    """A sharded trainer's data-parallel ranks, else one."""
+    return max(1, int(getattr(trainer, "world_size", 1)))
+
+
 def train_on(trainer: Any, config: TrainConfig, batch: list[Trajectory]) -> dict[str, Any]:
-    """One step of the trainer on `batch`, as a training sample: its tokens, sequences, the positions and
-    micro-batches of the step's plan (rl/trainer.py's step_shape), pi_prox's and the update's seconds."""
+    """One step of the trainer on `batch`, as a training sample: its tokens, sequences, the positions and passes
+    (micro-batches a rank runs) of the step's plan (rl/trainer.py's step_shape), pi_prox's and the update's
+    seconds."""
     from areal_core.rl.algorithms import group_advantages
     from areal_core.rl.trainer import step_shape
 
     positions, microbatches = step_shape(batch, config.trainer, shares_prompts(trainer, config),
-                                         int(getattr(trainer, "version", 0)))
+                                         int(getattr(trainer, "version", 0)), trainer_ranks(trainer))
     started = time.perf_counter()
     prepared = trainer.prepare(batch, config.rollout.temperature)
     trainer.recompute_proximal(prepared)
@@ -203,7 +220,7 @@ def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[
     tokens, response = TRAINING_BATCHES[0]
     training_step(trainer, config, tokens, 0, response)   # a warm-up
     samples = []
-    for index, (tokens, response) in enumerate(TRAINING_BATCHES):
+    for index, (tokens, response) in enumerate(training_batches(config)):
         timings = [training_step(trainer, config, tokens, index, response) for _ in range(2)]
         samples.append({**timings[0], "proximal_s": min(t["proximal_s"] for t in timings),
                         "update_s": min(t["update_s"] for t in timings)})
@@ -224,9 +241,9 @@ def fit_training(samples: list[dict[str, Any]], config: TrainConfig, shared_prom
     the GPU check's tiny run was predicted at half its measured update). Per position the step's micro-batches
     compute, per micro-batch and once a step (the update: per optimizer step): on this project's CPU, fitted to the
     profile's batches, it put the update of 14 batches of 2- to 240-token answers, behind shared prompts or not,
-    within 13% where per token and per sequence (no cost below zero) missed by up to 113%: short answers packed behind
-    their prompt cost less a token, and split into more micro-batches more. Samples without positions (timings of an older profile) are fitted per
-    token and per sequence."""
+    within 13% where per token and per sequence (no cost below zero) missed by up to 113%: short answers packed
+    behind their prompt cost less a token, and split into more micro-batches more. Samples without positions
+    (timings of an older profile) are fitted per token and per sequence."""
     if all("positions" in s for s in samples):
         proximal = fit_nonnegative(["proximal_token_s", "proximal_microbatch_s", "proximal_step_s"],
                                    [[s["positions"], s["microbatches"], 1] for s in samples],
@@ -242,7 +259,8 @@ def fit_training(samples: list[dict[str, Any]], config: TrainConfig, shared_prom
     update = fit_nonnegative(["update_token_s", "update_sequence_s", "optimizer_step_s"],
                              [[s["tokens"], s["sequences"], config.trainer.ppo_minibatches] for s in samples],
                              [s["update_s"] for s in samples], relative=True)
-    return {**proximal, **update}
+    return {**proximal, **update, "proximal_microbatch_s": 0.0, "update_microbatch_s": 0.0, "proximal_step_s": 0.0,
+            "per_position": False, "shared_prompts": False}
 
 
 class LengthPinnedEngine:
@@ -421,14 +439,12 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
         await asyncio.gather(*(batches.through_controller() for _ in range(in_flight)))
         return 0.0
 
-    alone_phases: list[tuple[float, float]] = []
-    shape: dict[str, int] = {}   # the run batch's step plan: positions, micro-batches
+    alone_phases: list[tuple[float, float, int, int]] = []
 
     async def training(phases: list[tuple[float, float]] | None = None) -> float:
         sample = await asyncio.to_thread(train_on, trainer, config, run_batch)
-        if phases is not None:
-            phases.append((sample["proximal_s"], sample["update_s"]))
-            shape.update(positions=sample["positions"], microbatches=sample["microbatches"])
+        if phases is not None:   # each call's plan is drawn anew (seeded by the version): its shape with its times
+            phases.append((sample["proximal_s"], sample["update_s"], sample["positions"], sample["microbatches"]))
         return sample["proximal_s"] + sample["update_s"]
 
     async def alongside(timed: Any, background: Any) -> float:
@@ -469,7 +485,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
                        "training_alone_phases_s": alone_phases,
                        "training_tokens": sequence_tokens(run_batch),
-                       "training_positions": shape["positions"], "training_microbatches": shape["microbatches"],
+
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
@@ -507,13 +523,13 @@ def shared_generation(requests: dict[str, Any], shared: dict[str, Any]) -> dict[
 
 
 def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
-    """The run's own batch as a training sample: its tokens and sequences, the fastest phases of its steps timed
-    alone (as the synthetic samples take the faster of two)."""
-    phases = shared["training_alone_phases_s"]
-    shape = ({"positions": shared["training_positions"], "microbatches": shared["training_microbatches"]}
-             if "training_positions" in shared else {})
+    """The run's own batch as a training sample: its tokens and sequences, the fastest of its steps timed alone (as
+    the synthetic samples take the faster of two), with that step's positions and passes (timings of an older
+    profile: its phases without them)."""
+    fastest = min(shared["training_alone_phases_s"], key=lambda phase: phase[0] + phase[1])
+    shape = {"positions": fastest[2], "microbatches": fastest[3]} if len(fastest) == 4 else {}
     return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"], **shape,
-            "proximal_s": min(p for p, _ in phases), "update_s": min(u for _, u in phases)}
+            "proximal_s": fastest[0], "update_s": fastest[1]}
 
 
 async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32, burst: int = 512
@@ -567,7 +583,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
             generation, raw = await _time_generation(engine, model_dir, config)
             trainer = create_trainer(model_dir, config.trainer, total_steps=100, scratch_dir=Path(scratch) / "trainer")
             try:
-                ranks = max(1, int(getattr(trainer, "world_size", 1)))   # a sharded trainer's ranks, else one
+                ranks = trainer_ranks(trainer)
                 streamed_generation: dict[str, float] = {}
                 streamed_training: dict[str, float] = {}
                 if config.engine.weight_sync != "disk":   # the run streams its weights: what that costs

@@ -170,9 +170,11 @@ def best(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 ASSUMPTIONS = [
-    "the trainer's per-token and per-micro-batch seconds scale as reference_gpus / training GPUs (linear data "
-    "parallelism); a measured profile's tokens are the positions the step's own plan computes (padding in, a "
-    "prompt packed once before its answers where the trainer does so)",
+    "the trainer's per-token seconds scale as reference_gpus / training GPUs (linear data parallelism), and each "
+    "rank runs its share of a minibatch's micro-batches (at least one); a measured profile's tokens are the "
+    "positions the step's own plan computes (padding in, a prompt packed once before its answers where the "
+    "trainer does so); pi_prox costs what it cost the profiled config (its forward passes are not re-planned for "
+    "another trainer.proximal, decoupled or KL setting)",
     "a decode step's seconds are linear in running sequences and in the tokens in their KV caches; a request costs "
     "request_s once beyond its tokens (the controller's and the serving stack's work for it)",
     "generation and training slow each other only in a profile with shared costs (one machine for both), by "

@@ -65,12 +65,10 @@ class Profile:
         if training_gpus < 1:
             raise ConfigError(f"the trainer needs at least one GPU, got {training_gpus}")
         scale = self.reference_gpus / training_gpus
-        t = self.training
-        training = dataclasses.replace(t, proximal_token_s=t.proximal_token_s * scale,
-                                       update_token_s=t.update_token_s * scale,
-                                       proximal_microbatch_s=t.proximal_microbatch_s * scale,
-                                       update_microbatch_s=t.update_microbatch_s * scale)
-        return ClusterCosts(self.generation, training, self.rewards, servers, self.shared)
+        # a pass's own cost (per micro-batch) stays: each rank runs its share of the passes (SimulatedTrainer.ranks)
+        training = dataclasses.replace(self.training, proximal_token_s=self.training.proximal_token_s * scale,
+                                       update_token_s=self.training.update_token_s * scale)
+        return ClusterCosts(self.generation, training, self.rewards, servers, self.shared, trainer_ranks=training_gpus)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name,

@@ -39,6 +39,7 @@ class ClusterCosts:
     rewards: RewardCosts = field(default_factory=RewardCosts)
     servers: int = 1
     shared: SharedCosts | None = None    # generation and training on the same hardware (plan/colocation.py)
+    trainer_ranks: int = 1               # the trainer's data-parallel ranks (a GPU each)
 
 
 def simulation_config(config: TrainConfig, costs: ClusterCosts) -> TrainConfig:
@@ -93,7 +94,7 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
     run_dir.mkdir(parents=True, exist_ok=True)
     hardware = SharedHardware(costs.shared) if costs.shared is not None else None
     trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer, hardware=hardware,
-                               length_ratio=trained_length_ratio(lengths, config))
+                               length_ratio=trained_length_ratio(lengths, config), ranks=costs.trainer_ranks)
     engine = SimulatedEngine(costs.servers, costs.generation, lengths, hardware=hardware, calls=calls).start()
     logger = RunLogger(run_dir, tensorboard=False, total_steps=config.steps)
     try:

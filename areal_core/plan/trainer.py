@@ -33,14 +33,14 @@ class TrainingCosts:
     """A trainer's cost model: seconds per token of the batch (prompt + response), per sequence (what a sequence
     costs beyond its tokens) and per micro-batch (a forward/backward pass's own work) for pi_prox's forward pass and
     for the update (forward, backward, optimizer, over every PPO minibatch), per optimizer step and pi_prox's once a
-    step, and for writing
-    the weights (`publish`, disk weight sync) and a checkpoint. With `per_position` (a profile measured by `areal
-    plan profile`) a token is a position the step's micro-batches compute: the real step's plan, padding included,
-    and a prompt's responses packed behind it once when the profiled trainer does so (`shared_prompts`:
-    trainer.share_prompts on an sdpa or eager model), as that changes the work as much as the tokens do. Streamed over a process group (engine.weight_sync =
-    distributed | delta), an update sends `weight_bytes`, a delta after the first `trainable_bytes` (the parameters
-    the optimizer changes: all of them, unless frozen as LoRA freezes its base model); what a byte costs is the
-    engine's (GenerationCosts.stream_byte_s)."""
+    step, and for writing the weights (`publish`, disk weight sync) and a checkpoint. With `per_position` (a profile
+    measured by `areal plan profile`) a token is a position the step's micro-batches compute: the real step's plan,
+    padding included, and a prompt's responses packed behind it once when the profiled trainer does so
+    (`shared_prompts`: trainer.share_prompts on an sdpa or eager model), as that changes the work as much as the
+    tokens do. Streamed over a process group (engine.weight_sync = distributed | delta), an update sends
+    `weight_bytes`, a delta after the first `trainable_bytes` (the parameters the optimizer changes: all of them,
+    unless frozen as LoRA freezes its base model); what a byte costs is the engine's
+    (GenerationCosts.stream_byte_s)."""
 
     proximal_token_s: float
     update_token_s: float
@@ -58,6 +58,9 @@ class TrainingCosts:
     shared_prompts: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("per_position", "shared_prompts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"training cost {name} must be true or false, got {getattr(self, name)!r}")
         for name, value in vars(self).items():
             if value is not None and value < 0:
                 raise ValueError(f"training cost {name} must be >= 0, got {value}")
@@ -76,7 +79,8 @@ class SimulatedTrainer:
     """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
 
     def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
-                 version: int = 0, hardware: SharedHardware | None = None, length_ratio: float = 1.0) -> None:
+                 version: int = 0, hardware: SharedHardware | None = None, length_ratio: float = 1.0,
+                 ranks: int = 1) -> None:
         if length_ratio <= 0:
             raise ValueError(f"the trained sequences' length ratio must be > 0, got {length_ratio}")
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
@@ -84,6 +88,7 @@ class SimulatedTrainer:
         # a run's trained sequences' mean length over its batch's (Workload.trained_length_ratio): which groups carry
         # a gradient follows their prompts, which the simulated rewards do not know, so their tokens are scaled
         self.length_ratio = length_ratio
+        self.ranks = ranks   # data-parallel ranks: each runs its share of a minibatch's micro-batches
         self.tokens_trained = 0
 
     def _work(self, seconds: float) -> None:
@@ -94,12 +99,15 @@ class SimulatedTrainer:
 
     def prepare(self, trajectories: Sequence[Trajectory], temperature: float, top_p: float = 1.0,
                 top_k: int = -1) -> tuple[int, int, int]:
-        """(tokens, sequences, micro-batches) of the batch: what its phases cost. Tokens are the positions the real
-        step's micro-batches compute where the costs count those (per_position), else its prompt and response tokens;
-        times the length ratio either way."""
+        """(tokens, sequences, passes) of the batch: what its phases cost. Tokens are the positions the real step's
+        micro-batches compute where the costs count those (per_position; a prompt packed once before its answers
+        where both the profiled trainer and the planned config pack them), else its prompt and response tokens; times
+        the length ratio either way (not the passes). Passes: the micro-batches each rank runs."""
         costs = self.costs
         if costs.per_position or costs.proximal_microbatch_s or costs.update_microbatch_s:
-            positions, microbatches = step_shape(trajectories, self.config, costs.shared_prompts, self.version)
+            positions, microbatches = step_shape(trajectories, self.config,
+                                                 costs.shared_prompts and self.config.share_prompts, self.version,
+                                                 self.ranks)
         else:
             positions, microbatches = 0, 0
         tokens = positions if costs.per_position else sum(len(t.prompt_token_ids) + len(t.output_token_ids)

@@ -454,14 +454,16 @@ def microbatch_positions(rows: Sequence[Trajectory], shared_prompts: bool = Fals
 
 
 def step_shape(trajectories: Sequence[Trajectory], config: TrainerConfig, shared_prompts: bool,
-               version: int = 0) -> tuple[int, int]:
-    """(token positions, micro-batches) of one training step over the batch, every rank's: the step's own plan
-    (plan_minibatches) in build_microbatch's layout, each forward pass counted once. What `areal plan`'s trainer cost
-    counts: padding and prompts packed once change the work as much as the tokens do, and a micro-batch's pass has a
-    cost of its own."""
+               version: int = 0, ranks: int = 1) -> tuple[int, int]:
+    """(token positions, passes) of one training step over the batch: the positions of every rank's micro-batches,
+    in the step's own plan (plan_minibatches) and build_microbatch's layout; the forward/backward passes each of
+    `ranks` data-parallel ranks runs (rank_share gives each the same number, at least one a minibatch). What `areal
+    plan`'s trainer cost counts: padding and prompts packed once change the work as much as the tokens do, and a
+    pass has a cost of its own."""
     plan = plan_minibatches(trajectories, config, version) if trajectories else []
-    micro = [m for minibatch in plan for m in minibatch]
-    return sum(microbatch_positions([trajectories[i] for i in m], shared_prompts) for m in micro), len(micro)
+    positions = sum(microbatch_positions([trajectories[i] for i in micro], shared_prompts)
+                    for minibatch in plan for micro in minibatch)
+    return positions, sum(-(-len(minibatch) // max(1, ranks)) for minibatch in plan)
 
 
 def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad_id: int, device: torch.device,

@@ -169,9 +169,9 @@ def test_a_measured_profile_charges_the_positions_and_micro_batches_of_the_real_
     batch = [answer(1, k, 4) for k in range(8)] + [answer(2, 0, 100), answer(2, 1, 60)]
     config = TrainerConfig(ppo_minibatches=1)
 
-    def prepared(**costs) -> tuple[int, int, int]:
+    def prepared(planned: TrainerConfig = config, ranks: int = 1, **costs) -> tuple[int, int, int]:
         trainer = SimulatedTrainer(TrainingCosts(proximal_token_s=1e-3, update_token_s=0.0, proximal_microbatch_s=0.5,
-                                                 **costs), None, config)
+                                                 **costs), None, planned, ranks=ranks)
         return trainer.prepare(batch, 1.0)
 
     # the real step packs the two long answers apart from the short ones (2 x 112 positions, the 72 padded; 8 x 16)
@@ -179,6 +179,13 @@ def test_a_measured_profile_charges_the_positions_and_micro_batches_of_the_real_
     assert prepared(per_position=True) == (224 + 128, 10, 2)
     # behind their shared prompt, the eight short answers take one row of 12 + 8 x 4 positions; the long two stay apart
     assert prepared(per_position=True, shared_prompts=True) == (224 + 44, 10, 2)
+    # ... unless the planned run turns the packing off
+    assert prepared(TrainerConfig(ppo_minibatches=1, share_prompts=False), per_position=True,
+                    shared_prompts=True) == (352, 10, 2)
+    # on two data-parallel ranks each runs one of the two micro-batches; the positions are the step's
+    assert prepared(ranks=2, per_position=True) == (352, 10, 1)
+    with pytest.raises(ValueError, match="per_position must be true or false"):
+        TrainingCosts(proximal_token_s=0.0, update_token_s=0.0, per_position=1)
     # pi_prox: a millisecond a position and half a second a micro-batch
 
     async def main():

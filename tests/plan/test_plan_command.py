@@ -53,8 +53,11 @@ def test_areal_plan_simulates_sync_and_async_and_reports_what_asynchrony_buys(ar
 
 def test_a_trainer_on_more_gpus_costs_less_per_token_and_splits_are_whole_servers(tmp_path):
     profile = load_profile(write(tmp_path, {**PROFILE, "generation": {**PROFILE["generation"], "gpus_per_server": 2}}))
+    profile = dataclasses.replace(profile, training=dataclasses.replace(profile.training, update_microbatch_s=0.01))
     cluster = profile.cluster(generation_gpus=4, training_gpus=4)
     assert cluster.servers == 2 and cluster.training.update_token_s == pytest.approx(6.0e-4 * 2 / 4)
+    # a pass's own cost is not shared out: each of the 4 ranks runs its share of the passes (SimulatedTrainer.ranks)
+    assert cluster.training.update_microbatch_s == 0.01 and cluster.trainer_ranks == 4
     with pytest.raises(ConfigError, match="3 generation GPUs do not make whole servers of 2"):
         profile.cluster(3, 4)
     grid = scenarios(profile, 32, [0, 1])
@@ -139,8 +142,8 @@ TRAINER_TIMINGS = [
 
 
 def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_of_other_shapes():
-    """Fitted to the profile's kinds of batch (long and short answers, one long-sequence batch, the run's own), the
-    costs per position the step computes and per micro-batch predict the update of every other shape within 15%:
+    """Fitted to the profile's kinds of batch (long and short answers, a long-sequence batch, the run's own), the
+    costs per position the step computes and per micro-batch predict the update of every other shape within 13%:
     answers 2 to 240 tokens long, packed behind their prompt or not, in 2 to 10 micro-batches. Per token and per
     sequence (the older model, which the same samples without positions still get) misses the short answers packed
     behind their prompts by more than half."""
@@ -153,7 +156,6 @@ def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_
     assert fitted["per_position"] and fitted["shared_prompts"]
     assert fitted["proximal_sequence_s"] == fitted["update_sequence_s"] == 0
     by_tokens = fit_training([{k: v for k, v in s.items() if k != "positions"} for s in profiled], config)
-    assert "per_position" not in by_tokens
     minibatches = config.trainer.ppo_minibatches
 
     def update_error(costs: dict[str, Any], s: dict[str, Any], per_position: bool) -> float:
@@ -167,8 +169,11 @@ def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_
                    + costs["proximal_step_s"])
         return seconds / s["proximal_s"] - 1
 
-    assert max(abs(update_error(fitted, s, True)) for s in samples) < 0.15
-    assert max(abs(update_error(by_tokens, s, False)) for s in samples) > 0.5
+    assert max(abs(update_error(fitted, s, True)) for s in samples) < 0.13
+    packed = [s for s in samples if s["name"] in {"syn4096x2", "syn2048x4"}]   # 2- and 4-token answers, shared
+    assert all(update_error(by_tokens, s, False) > 0.5 for s in packed)
+    assert all(abs(update_error(fitted, s, True)) < 0.13 for s in packed)
+    assert not by_tokens["per_position"] and by_tokens["update_microbatch_s"] == by_tokens["proximal_step_s"] == 0
     # pi_prox, a forward pass: within a third (the whole 512-answer batch, 10 micro-batches, the farthest)
     assert max(abs(proximal_error(fitted, s)) for s in samples) < 0.33
 
@@ -288,13 +293,20 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     assert training.per_position and training.shared_prompts
     assert all(s["positions"] > 0 and s["microbatches"] >= TrainConfig().trainer.ppo_minibatches
                for s in timings["training_samples"])
+    # the long-sequence batch runs more than one micro-batch a minibatch: a pass's cost apart from an optimizer step's
+    assert max(s["microbatches"] for s in timings["training_samples"]) > TrainConfig().trainer.ppo_minibatches
     run_batch = run_sample(timings["shared"])
-    assert (run_batch["tokens"], run_batch["sequences"], run_batch["positions"], run_batch["microbatches"]) == (
-        timings["shared"]["training_tokens"], timings["shared"]["training_sequences"],
-        timings["shared"]["training_positions"], timings["shared"]["training_microbatches"])
-    assert len(timings["shared"]["training_alone_phases_s"]) == 2   # one per --repeats, each timed alone
+    phases = timings["shared"]["training_alone_phases_s"]
+    assert len(phases) == 2   # one per --repeats, each timed alone, with its step's positions and passes
+    fastest = min(phases, key=lambda phase: phase[0] + phase[1])
+    assert (run_batch["tokens"], run_batch["sequences"]) == (timings["shared"]["training_tokens"],
+                                                             timings["shared"]["training_sequences"])
+    assert [run_batch[k] for k in ("proximal_s", "update_s", "positions", "microbatches")] == fastest
     refit = fit_training([*timings["training_samples"], run_batch], TrainConfig(), shared_prompts=True)
-    assert {name: getattr(training, name) for name in refit} == refit
+    flags = ("per_position", "shared_prompts")
+    assert {name: getattr(training, name) for name in flags} == {name: refit[name] for name in flags}
+    costs = {name: value for name, value in refit.items() if name not in flags}
+    assert {name: getattr(training, name) for name in costs} == pytest.approx(costs)
     # the rollout path (controller, workflow, rewards) timed against the engine alone with the same requests
     assert timings["requests"]["requests"] > 0 and generation.request_s >= 0
     assert all(c > 0 for c in timings["requests"]["controller_s"] + timings["requests"]["engine_alone_s"])

@@ -94,3 +94,30 @@ def test_a_step_with_shared_prompts_equals_one_without(model_dir, kl_coef):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4, msg=name)
         moved = (b - start[name]).norm()
         assert moved > 1e-4 and (a - b).norm() < 1e-2 * moved, name
+
+
+@pytest.mark.parametrize("microbatching", ["packed", "fixed"])
+def test_step_shape_counts_the_positions_and_passes_the_step_builds(microbatching):
+    """`areal plan` costs a step by step_shape: it must count what build_microbatch builds (every micro-batch's
+    rows times width, packed behind shared prompts or not) and the passes each data-parallel rank runs."""
+    from areal_core.rl.trainer import plan_minibatches, rank_share, step_shape
+
+    rng = random.Random(3)
+    for case in range(30):
+        spec = [(rng.randrange(2, 40), [rng.choice([1, 2, 4, 30, 120]) for _ in range(rng.randrange(1, 9))])
+                for _ in range(rng.randrange(1, 12))]
+        batch = trajectories(spec, seed=case)
+        config = TrainerConfig(microbatching=microbatching, micro_batch_tokens=rng.choice([256, 1024, 4096]),
+                               micro_batch_size=rng.randrange(1, 9), ppo_minibatches=rng.randrange(1, 5))
+        plan = plan_minibatches(batch, config, case)
+        for shared in (False, True):
+            built = 0
+            for minibatch in plan:
+                for micro in minibatch:
+                    mb = build_microbatch(batch, micro, 0, torch.device("cpu"), shared)
+                    tokens = mb.shared.tokens if mb.shared is not None else mb.tokens
+                    built += tokens.shape[0] * tokens.shape[1]
+            lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch]
+            for ranks in (1, 2, 3):
+                passes = sum(len(minibatch) for minibatch in rank_share(plan, lengths, 0, ranks))
+                assert step_shape(batch, config, shared, case, ranks) == (built, passes), (case, shared, ranks)
