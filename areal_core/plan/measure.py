@@ -239,11 +239,11 @@ def fit_training(samples: list[dict[str, Any]], config: TrainConfig, shared_prom
     """pi_prox's and the update's costs fitted to training samples (train_on's), each one's relative error alike:
     the run's own batch, smaller than the synthetic ones, counts as much (fitted to seconds, a 16-sequence batch of
     the GPU check's tiny run was predicted at half its measured update). Per position the step's micro-batches
-    compute, per micro-batch and once a step (the update: per optimizer step): on this project's CPU, fitted to the
-    profile's batches, it put the update of 14 batches of 2- to 240-token answers, behind shared prompts or not,
-    within 13% where per token and per sequence (no cost below zero) missed by up to 113%: short answers packed
-    behind their prompt cost less a token, and split into more micro-batches more. Samples without positions
-    (timings of an older profile) are fitted per token and per sequence."""
+    compute, per pass (a micro-batch a rank runs) and once a step (the update: per optimizer step): on this
+    project's CPU, fitted to the profile's kinds of batch, it put the update of 15 batches of 2- to 240-token
+    answers, behind shared prompts or not, within 11%, where per token and per sequence (no cost below zero) missed
+    by up to 126%: short answers packed behind their prompt cost less a token, and split into more micro-batches
+    more. Samples without positions (timings of an older profile) are fitted per token and per sequence."""
     if all("positions" in s for s in samples):
         proximal = fit_nonnegative(["proximal_token_s", "proximal_microbatch_s", "proximal_step_s"],
                                    [[s["positions"], s["microbatches"], 1] for s in samples],

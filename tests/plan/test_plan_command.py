@@ -130,27 +130,28 @@ def test_the_training_fit_counts_a_small_batch_as_much_as_the_large_ones():
 # sequences, positions its step's micro-batches compute, micro-batches, pi_prox s, update s), the fastest of three.
 # `run`: the CPU demo's trained share (short answers to short prompts); `run-all`, `run-first`: that batch whole and
 # its first 26 groups; `synAxB`: synthetic batches of about A tokens, B-token answers behind 16-token prompts shared
-# by groups of 8.
+# by groups of 8 (the profile's own: 512x48, 2048x48, 2048x8, 1024x8 and 12288x176, four micro-batches).
 TRAINER_TIMINGS = [
-    ("run", 2138, 208, 2202, 4, 0.0310, 0.1023), ("run-all", 6803, 512, 7482, 10, 0.0769, 0.3308),
-    ("run-first", 2962, 208, 2857, 8, 0.0373, 0.1461), ("syn512x48", 512, 8, 512, 2, 0.0118, 0.0315),
-    ("syn2048x48", 2048, 32, 2048, 2, 0.0278, 0.0893), ("syn2048x8", 1920, 80, 1392, 2, 0.0236, 0.0651),
-    ("syn1024x8", 960, 40, 720, 2, 0.0145, 0.0375), ("syn4704x131", 4704, 32, 4704, 2, 0.0661, 0.2017),
-    ("syn4704x48", 4608, 72, 4608, 2, 0.0554, 0.1782), ("syn2048x131", 1176, 8, 1176, 2, 0.0208, 0.0584),
-    ("syn4096x8", 4032, 168, 2832, 2, 0.0414, 0.1165), ("syn8192x240", 8192, 32, 8192, 2, 0.1208, 0.3748),
-    ("syn4096x2", 4032, 224, 1680, 2, 0.0307, 0.0745), ("syn2048x4", 1920, 96, 1016, 2, 0.0180, 0.0456)]
+    ("run", 2138, 208, 2170, 4, 0.0306, 0.0993), ("run-all", 6803, 512, 7413, 10, 0.0737, 0.3240),
+    ("run-first", 2962, 208, 2866, 7, 0.0377, 0.1392), ("syn512x48", 512, 8, 512, 2, 0.0119, 0.0311),
+    ("syn2048x48", 2048, 32, 2048, 2, 0.0283, 0.0871), ("syn2048x8", 1920, 80, 1344, 2, 0.0215, 0.0581),
+    ("syn1024x8", 960, 40, 672, 2, 0.0137, 0.0355), ("syn4704x131", 4704, 32, 4704, 2, 0.0643, 0.2029),
+    ("syn4704x48", 4608, 72, 4608, 2, 0.0559, 0.1649), ("syn2048x131", 1176, 8, 1176, 2, 0.0206, 0.0560),
+    ("syn4096x8", 4032, 168, 2736, 2, 0.0403, 0.1074), ("syn8192x240", 8192, 32, 8192, 2, 0.1110, 0.3479),
+    ("syn4096x2", 4032, 224, 1568, 2, 0.0278, 0.0643), ("syn2048x4", 1920, 96, 912, 2, 0.0174, 0.0442),
+    ("syn12288x176", 12288, 64, 12288, 4, 0.1074, 0.4986)]
 
 
 def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_of_other_shapes():
     """Fitted to the profile's kinds of batch (long and short answers, a long-sequence batch, the run's own), the
-    costs per position the step computes and per micro-batch predict the update of every other shape within 13%:
+    costs per position the step computes and per micro-batch predict the update of every other shape within 11%:
     answers 2 to 240 tokens long, packed behind their prompt or not, in 2 to 10 micro-batches. Per token and per
     sequence (the older model, which the same samples without positions still get) misses the short answers packed
     behind their prompts by more than half."""
     samples = [dict(zip(("name", "tokens", "sequences", "positions", "microbatches", "proximal_s", "update_s"), row))
                for row in TRAINER_TIMINGS]
     profiled = [s for s in samples if s["name"] in {"run", "syn512x48", "syn2048x48", "syn2048x8", "syn1024x8",
-                                                    "syn8192x240"}]
+                                                    "syn12288x176"}]
     config = TrainConfig()
     fitted = fit_training(profiled, config, shared_prompts=True)
     assert fitted["per_position"] and fitted["shared_prompts"]
@@ -169,12 +170,12 @@ def test_the_trainer_costs_fit_positions_and_micro_batches_and_carry_to_batches_
                    + costs["proximal_step_s"])
         return seconds / s["proximal_s"] - 1
 
-    assert max(abs(update_error(fitted, s, True)) for s in samples) < 0.13
+    assert max(abs(update_error(fitted, s, True)) for s in samples) < 0.12
     packed = [s for s in samples if s["name"] in {"syn4096x2", "syn2048x4"}]   # 2- and 4-token answers, shared
     assert all(update_error(by_tokens, s, False) > 0.5 for s in packed)
-    assert all(abs(update_error(fitted, s, True)) < 0.13 for s in packed)
+    assert all(abs(update_error(fitted, s, True)) < 0.12 for s in packed)
     assert not by_tokens["per_position"] and by_tokens["update_microbatch_s"] == by_tokens["proximal_step_s"] == 0
-    # pi_prox, a forward pass: within a third (the whole 512-answer batch, 10 micro-batches, the farthest)
+    # pi_prox, a forward pass: within a third (long sequences read cheapest against the fit)
     assert max(abs(proximal_error(fitted, s)) for s in samples) < 0.33
 
 
