@@ -57,13 +57,16 @@ TRAINING_BATCHES = ((512, 48), (2048, 48), (2048, 8), (1024, 8))
 LONG_RESPONSE = 176
 
 
-def training_batches(config: TrainConfig) -> tuple[tuple[int, int], ...]:
-    """The profile's synthetic training batches: TRAINING_BATCHES and a batch of long sequences 1.5 micro-batches a
-    minibatch (trainer.micro_batch_tokens, or micro_batch_size sequences when micro-batches are fixed)."""
-    trainer = config.trainer
-    per_minibatch = (trainer.micro_batch_tokens if trainer.microbatching == "packed"
-                     else trainer.micro_batch_size * (16 + LONG_RESPONSE))
-    return (*TRAINING_BATCHES, (3 * per_minibatch * max(1, trainer.ppo_minibatches) // 2, LONG_RESPONSE))
+def training_batches(config: TrainConfig, ranks: int = 1) -> tuple[tuple[int, int], ...]:
+    """The profile's synthetic training batches: TRAINING_BATCHES and a batch of long sequences of ranks + 1/2
+    micro-batches a minibatch (trainer.micro_batch_tokens, or micro_batch_size sequences when micro-batches are
+    fixed), so that each of the trainer's `ranks` runs two passes a minibatch; whole groups of the run's size."""
+    trainer, sequence = config.trainer, 16 + LONG_RESPONSE
+    per_micro = trainer.micro_batch_tokens if trainer.microbatching == "packed" else trainer.micro_batch_size * sequence
+    wanted = (2 * ranks + 1) * per_micro * max(1, trainer.ppo_minibatches) // 2
+    group = max(1, config.rollout.group_size)
+    sequences = -(-max(1, -(-wanted // sequence)) // group) * group   # rounded up to whole groups
+    return (*TRAINING_BATCHES, (sequences * sequence, LONG_RESPONSE))
 # The batch-level timings (a request's cost beyond the engine, the shared hardware): each taken this many times by
 # default (`areal plan profile --repeats`); on a busy machine more repeats steady them.
 REPEATS = 3
@@ -220,7 +223,7 @@ def measure_training(trainer: Any, config: TrainConfig, scratch: Path) -> tuple[
     tokens, response = TRAINING_BATCHES[0]
     training_step(trainer, config, tokens, 0, response)   # a warm-up
     samples = []
-    for index, (tokens, response) in enumerate(training_batches(config)):
+    for index, (tokens, response) in enumerate(training_batches(config, trainer_ranks(trainer))):
         timings = [training_step(trainer, config, tokens, index, response) for _ in range(2)]
         samples.append({**timings[0], "proximal_s": min(t["proximal_s"] for t in timings),
                         "update_s": min(t["update_s"] for t in timings)})
@@ -441,7 +444,7 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
 
     alone_phases: list[tuple[float, float, int, int]] = []
 
-    async def training(phases: list[tuple[float, float]] | None = None) -> float:
+    async def training(phases: list[tuple[float, float, int, int]] | None = None) -> float:
         sample = await asyncio.to_thread(train_on, trainer, config, run_batch)
         if phases is not None:   # each call's plan is drawn anew (seeded by the version): its shape with its times
             phases.append((sample["proximal_s"], sample["update_s"], sample["positions"], sample["microbatches"]))
@@ -485,7 +488,6 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "training_alone_s": alone_t, "training_alongside_generation_s": shared_t,
                        "training_alone_phases_s": alone_phases,
                        "training_tokens": sequence_tokens(run_batch),
-
                        "training_sequences": len(run_batch),
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
@@ -527,7 +529,9 @@ def run_sample(shared: dict[str, Any]) -> dict[str, Any]:
     the synthetic samples take the faster of two), with that step's positions and passes (timings of an older
     profile: its phases without them)."""
     fastest = min(shared["training_alone_phases_s"], key=lambda phase: phase[0] + phase[1])
-    shape = {"positions": fastest[2], "microbatches": fastest[3]} if len(fastest) == 4 else {}
+    shape = ({"positions": fastest[2], "microbatches": fastest[3]} if len(fastest) == 4 else
+             {"positions": shared["training_positions"], "microbatches": shared["training_microbatches"]}
+             if "training_positions" in shared else {})   # timings of a profile that kept one shape for all calls
     return {"tokens": shared["training_tokens"], "sequences": shared["training_sequences"], **shape,
             "proximal_s": fastest[0], "update_s": fastest[1]}
 

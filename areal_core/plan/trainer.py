@@ -83,6 +83,8 @@ class SimulatedTrainer:
                  ranks: int = 1) -> None:
         if length_ratio <= 0:
             raise ValueError(f"the trained sequences' length ratio must be > 0, got {length_ratio}")
+        if ranks < 1:
+            raise ValueError(f"the trainer's ranks must be >= 1, got {ranks}")
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
         self.hardware = hardware   # shared with generation: the phases stretch while it runs
         # a run's trained sequences' mean length over its batch's (Workload.trained_length_ratio): which groups carry

@@ -456,14 +456,23 @@ def microbatch_positions(rows: Sequence[Trajectory], shared_prompts: bool = Fals
 def step_shape(trajectories: Sequence[Trajectory], config: TrainerConfig, shared_prompts: bool,
                version: int = 0, ranks: int = 1) -> tuple[int, int]:
     """(token positions, passes) of one training step over the batch: the positions of every rank's micro-batches,
-    in the step's own plan (plan_minibatches) and build_microbatch's layout; the forward/backward passes each of
-    `ranks` data-parallel ranks runs (rank_share gives each the same number, at least one a minibatch). What `areal
+    in the step's own plan (plan_minibatches), dealt as rank_share deals them (a micro-batch split in two, an empty
+    one's two padding positions) and in build_microbatch's layout; the forward/backward passes each of `ranks`
+    data-parallel ranks runs (the same number for all, at least one a minibatch). What `areal
     plan`'s trainer cost counts: padding and prompts packed once change the work as much as the tokens do, and a
     pass has a cost of its own."""
-    plan = plan_minibatches(trajectories, config, version) if trajectories else []
-    positions = sum(microbatch_positions([trajectories[i] for i in micro], shared_prompts)
-                    for minibatch in plan for micro in minibatch)
-    return positions, sum(-(-len(minibatch) // max(1, ranks)) for minibatch in plan)
+    if not trajectories:
+        return 0, 0
+    plan = plan_minibatches(trajectories, config, version)
+    ranks = max(1, ranks)
+    lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories]
+    positions = passes = 0
+    for minibatch in plan:   # as rank_share deals them: split to whole passes a rank, an empty one where too few
+        shares = [minibatch] if ranks == 1 else balance_microbatches(minibatch, lengths, ranks)
+        positions += sum(microbatch_positions([trajectories[i] for i in micro], shared_prompts)
+                         for share in shares for micro in share)
+        passes += len(shares[0])
+    return positions, passes
 
 
 def build_microbatch(trajectories: Sequence[Trajectory], indices: list[int], pad_id: int, device: torch.device,

@@ -132,3 +132,17 @@ def test_the_simulated_trainer_charges_a_runs_trained_sequences_at_that_runs_len
     # a KL term trains the uniform groups too: all of the batch, so the run's ratio no longer applies
     with_kl = phases("kl", 0.5, "trainer.kl_coef=0.1")
     assert all(trained == batch and seconds == pytest.approx(1e-4 * trained) for seconds, trained, batch, _ in with_kl)
+
+
+def test_each_trainer_rank_runs_its_share_of_the_passes_in_a_simulated_run(tmp_path):
+    """A pass (a micro-batch's forward and backward) costs 1 s here and nothing else does: one sequence a micro-batch,
+    one minibatch, so a step's update takes as many seconds as the passes one rank runs."""
+    training = TrainingCosts(proximal_token_s=0.0, update_token_s=0.0, update_microbatch_s=1.0)
+    passes = {}
+    for ranks in (1, 4):
+        costs = dataclasses.replace(COSTS, training=training, trainer_ranks=ranks)
+        _, metrics = run(tmp_path, f"ranks{ranks}", "steps=2", "trainer.microbatching=fixed",
+                         "trainer.micro_batch_size=1", "trainer.ppo_minibatches=1", costs=costs)
+        assert all(m["trained_sequences"] == 8 * 4 for m in metrics)
+        passes[ranks] = [m["update_seconds"] for m in metrics]
+    assert passes == {1: [pytest.approx(32.0)] * 2, 4: [pytest.approx(8.0)] * 2}

@@ -98,8 +98,9 @@ def test_a_step_with_shared_prompts_equals_one_without(model_dir, kl_coef):
 
 @pytest.mark.parametrize("microbatching", ["packed", "fixed"])
 def test_step_shape_counts_the_positions_and_passes_the_step_builds(microbatching):
-    """`areal plan` costs a step by step_shape: it must count what build_microbatch builds (every micro-batch's
-    rows times width, packed behind shared prompts or not) and the passes each data-parallel rank runs."""
+    """`areal plan` costs a step by step_shape: it must count what build_microbatch builds on every data-parallel
+    rank (each micro-batch's rows times width, packed behind shared prompts or not, split and empty ones as
+    rank_share deals them) and the passes each rank runs."""
     from areal_core.rl.trainer import plan_minibatches, rank_share, step_shape
 
     rng = random.Random(3)
@@ -110,14 +111,16 @@ def test_step_shape_counts_the_positions_and_passes_the_step_builds(microbatchin
         config = TrainerConfig(microbatching=microbatching, micro_batch_tokens=rng.choice([256, 1024, 4096]),
                                micro_batch_size=rng.randrange(1, 9), ppo_minibatches=rng.randrange(1, 5))
         plan = plan_minibatches(batch, config, case)
+        lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch]
         for shared in (False, True):
-            built = 0
-            for minibatch in plan:
-                for micro in minibatch:
-                    mb = build_microbatch(batch, micro, 0, torch.device("cpu"), shared)
-                    tokens = mb.shared.tokens if mb.shared is not None else mb.tokens
-                    built += tokens.shape[0] * tokens.shape[1]
-            lengths = [len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch]
             for ranks in (1, 2, 3):
-                passes = sum(len(minibatch) for minibatch in rank_share(plan, lengths, 0, ranks))
-                assert step_shape(batch, config, shared, case, ranks) == (built, passes), (case, shared, ranks)
+                built, passes = 0, []
+                for rank in range(ranks):   # what every rank builds, empty micro-batches and split ones included
+                    share = rank_share(plan, lengths, rank, ranks)
+                    passes.append(sum(len(minibatch) for minibatch in share))
+                    for micro in (m for minibatch in share for m in minibatch):
+                        mb = build_microbatch(batch, micro, 0, torch.device("cpu"), shared)
+                        tokens = mb.shared.tokens if mb.shared is not None else mb.tokens
+                        built += tokens.shape[0] * tokens.shape[1]
+                assert len(set(passes)) == 1   # every rank runs as many passes
+                assert step_shape(batch, config, shared, case, ranks) == (built, passes[0]), (case, shared, ranks)
