@@ -2,8 +2,9 @@
 service drive them; their time comes from cost models.
 
 The trainer implements the TrainerBackend and WeightStreamingTrainer protocols (rl/trainer.py): each phase charges
-the seconds its cost model gives for the batch's tokens (prompt and response of every trained sequence), and the
-version goes up by one per update; on hardware shared with generation (plan/colocation.py) a phase stretches while
+the seconds its cost model gives for the batch: its tokens (prompt and response of every trained sequence), or for
+a measured profile the positions and passes of the real step's plan (rl/trainer.py's step_shape), and the version
+goes up by one per update; on hardware shared with generation (plan/colocation.py) a phase stretches while
 generation runs. The reward backend implements RewardBackend (rewards/service.py): `workers` score at once, each
 request takes a latency drawn from a log-normal (mean, p99), and a share `correct_rate` of responses score 1, all
 of a group alike in a share `uniform_groups` of the groups (which carry no gradient: the step loop skips them, so
