@@ -44,7 +44,7 @@ from areal_core.plan.profile import Profile
 from areal_core.plan.trainer import RewardCosts, TrainingCosts
 from areal_core.rl.config import TrainConfig
 from areal_core.rl.memory import setup_objects_frozen
-from areal_core.rl.rollout import Group, trained_groups
+from areal_core.rl.rollout import Group, sequence_tokens, skips_uniform_groups, trained_groups
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import _Z99
 
@@ -385,7 +385,7 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     not this model's; at least one group): the groups whose length comes nearest that run's trained sequences'
     (`nearest_groups`), else the first ones; without one this batch's own mixed groups, all of it when none is mixed
     (as the step loop does)."""
-    skip = config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0
+    skip = skips_uniform_groups(config)
     if skip and getattr(lengths, "trained_share", None) is not None:
         count = max(1, round(len(groups) * lengths.trained_share))
         ratio = getattr(lengths, "trained_length_ratio", None)
@@ -393,10 +393,6 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     else:
         kept = trained_groups(groups, skip)
     return [t for g in kept for t in g.trajectories]
-
-
-def sequence_tokens(trajectories: list[Trajectory]) -> int:
-    return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
 
 
 def nearest_groups(groups: list[Group], count: int, ratio: float) -> list[Group]:

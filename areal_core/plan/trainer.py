@@ -24,6 +24,7 @@ from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.clock import charge, charge_until
 from areal_core.plan.colocation import SharedHardware
 from areal_core.rl.config import TrainerConfig
+from areal_core.rl.rollout import sequence_tokens
 from areal_core.rl.trainer import step_shape
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import lognormal_parameters
@@ -113,8 +114,7 @@ class SimulatedTrainer:
                                                  self.ranks)
         else:
             positions, microbatches = 0, 0
-        tokens = positions if costs.per_position else sum(len(t.prompt_token_ids) + len(t.output_token_ids)
-                                                          for t in trajectories)
+        tokens = positions if costs.per_position else sequence_tokens(trajectories)
         return round(tokens * self.length_ratio), len(trajectories), microbatches
 
     def recompute_proximal(self, batch: tuple[int, int, int]) -> None:

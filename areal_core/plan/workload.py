@@ -35,6 +35,7 @@ from statistics import NormalDist
 from typing import Any, Iterable, Iterator, Protocol
 
 from areal_core.errors import ConfigError
+from areal_core.rl.rollout import skips_uniform_groups
 from areal_core.workflows.builtin import correlated_normal, group_key, lognormal_parameters, sampled_length
 
 TEXT_FIELDS = ("response", "completion", "output", "text")
@@ -411,8 +412,7 @@ def trained_length_ratio(lengths: Any, config: Any) -> float:
     workload's `trained_length_ratio` where the step loop skips uniform groups as that run's did (no KL term), else 1
     (all of a batch is trained, or the workload does not say)."""
     ratio = getattr(lengths, "trained_length_ratio", None)
-    skips = config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0
-    return ratio if skips and ratio else 1.0
+    return ratio if skips_uniform_groups(config) and ratio else 1.0
 
 
 def run_rewards(metrics: Path) -> dict[str, float] | None:

@@ -20,7 +20,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from areal_core.engine.protocol import InferenceEngine, SamplingParams
 from areal_core.errors import ArealError
@@ -355,6 +355,17 @@ class RolloutController:
 def is_uniform(group: Group) -> bool:
     """All responses of the group scored the same (or fewer than two survived): no learning signal."""
     return len({t.reward.score for t in group.trajectories}) <= 1
+
+
+def skips_uniform_groups(config: Any) -> bool:
+    """Whether the step loop of `config` (a TrainConfig) trains only a batch's mixed groups: rollout.skip_uniform_groups
+    and no KL term (the KL term has a gradient on every group)."""
+    return bool(config.rollout.skip_uniform_groups and config.trainer.kl_coef == 0)
+
+
+def sequence_tokens(trajectories: Iterable[Trajectory]) -> int:
+    """Prompt and response tokens of the trajectories: what a trainer's forward pass reads of them, before padding."""
+    return sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trajectories)
 
 
 def trained_groups(groups: Sequence[Group], skip_uniform: bool) -> list[Group]:

@@ -33,7 +33,8 @@ from areal_core.rl.memory import return_freed_memory, setup_objects_frozen
 from areal_core.rl.model_cache import resolve_model
 from areal_core.rl.report import RunLogger, format_eval, mismatch_summary, plot_rewards, print_summary
 from areal_core.rl.resume import latest_checkpoint, save_run_checkpoint, supersede_redone_evals, truncate_log
-from areal_core.rl.rollout import Group, RolloutController, is_uniform, staleness_histogram, trained_groups
+from areal_core.rl.rollout import (Group, RolloutController, is_uniform, sequence_tokens, skips_uniform_groups,
+                                   staleness_histogram, trained_groups)
 from areal_core.rl.trainer import TrainerBackend, create_trainer
 from areal_core.rl.warmup import warmed_up
 from areal_core.rl.weight_updates import WeightStreamer
@@ -131,8 +132,7 @@ class TrainingRun:
                 last = (f"every response dropped, most often for: {reasons[0][0]} ({reasons[0][1]}x)" if reasons
                         else "every response dropped, see dropped_responses")
             raise RuntimeError(f"every rollout of batch {step} failed (last: {last}); see the engine and reward logs")
-        skip = self.config.rollout.skip_uniform_groups and self.config.trainer.kl_coef == 0
-        return batch, [t for g in trained_groups(groups, skip) for t in g.trajectories]
+        return batch, [t for g in trained_groups(groups, skips_uniform_groups(self.config)) for t in g.trajectories]
 
     async def sync_weights(self, step: int | None = None) -> tuple[float, dict[str, Any]]:
         """Move every engine to the trainer's weights (engine.weight_sync), and keep them as policies/stepN when
@@ -189,8 +189,7 @@ class TrainingRun:
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
             # prompt + response tokens, of what was trained and of the batch: the groups that carry a gradient are
             # not a random share of the batch (easy short prompts are the mixed ones), so `areal plan` takes both
-            "trained_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in trained),
-            "batch_tokens": sum(len(t.prompt_token_ids) + len(t.output_token_ids) for t in batch),
+            "trained_tokens": sequence_tokens(trained), "batch_tokens": sequence_tokens(batch),
             "batch_prompts_used": self.rollout.last_batch_prompts,  # > batch_size: dynamic sampling dropped some
         })
         episodes = [t.episode for t in batch if t.episode]
