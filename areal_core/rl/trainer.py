@@ -805,7 +805,7 @@ class PPOLearner:
         total_tokens = float(sum(t.policy_tokens for t in trajectories))
         keys = ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "behav_capped_fraction",
                 "correction_masked_fraction", "correction_truncated_fraction", "entropy", "prox_error_sum",
-                "prox_error_tokens", *(f"mismatch_{key}" for key in MISMATCH_KEYS))
+                "prox_error_tokens", "positions", *(f"mismatch_{key}" for key in MISMATCH_KEYS))
         sums = dict.fromkeys(keys, 0.0)   # this rank's part of each metric; summed over the ranks below
         mismatch_max = 0.0
         if batch.previous_mismatch is not None:
@@ -833,6 +833,9 @@ class PPOLearner:
                 # FSDP averages gradients over the ranks; each rank's loss is already its share of the sum,
                 # so scale by the rank count to make the reduced gradient the local trainer's sum.
                 (result.loss * dp.size).backward()
+                # the token positions a pass computes, padding and a shared prompt's once included (what `areal
+                # plan` costs a step by; step_shape counts the same)
+                sums["positions"] += (mb.shared.tokens if mb.shared is not None else mb.tokens).numel()
                 exact = batch.prox_exact_sample if (m, j) == (1, 0) else None
                 mismatch_max = max(mismatch_max, self._add_metrics(sums, mb, result, m, exact, total_tokens, n_mini))
             grad_norms.append(clip_gradients(self.model, config.grad_clip))

@@ -16,6 +16,7 @@ from areal_core.rl.trainer import (
     build_microbatch,
     microbatch_logprobs,
     sequence_logprobs,
+    step_shape,
     train_step,
 )
 from areal_core.types import RewardResult, Trajectory
@@ -83,7 +84,11 @@ def test_a_step_with_shared_prompts_equals_one_without(model_dir, kl_coef):
     assert shared.learner.share_prompts
     plain.learner.share_prompts = False
     for _ in range(2):
+        version = shared.version
         fast, slow = train_step(shared, batch, 1.0), train_step(plain, batch, 1.0)
+        # the positions the step computed, as the step loop logs them and `areal plan` counts them
+        assert fast["positions"] == step_shape(batch, config, True, version)[0]
+        assert slow["positions"] == step_shape(batch, config, False, version)[0] > fast["positions"]
         for key in ("loss", "kl_ref", "clip_fraction", "behav_weight_mean", "approx_kl", "entropy", "grad_norm"):
             assert fast[key] == pytest.approx(slow[key], rel=1e-4, abs=1e-6), key
     # Float sums in another order: AdamW turns the ~1e-9 differences of near-zero gradient entries into
