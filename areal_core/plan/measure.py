@@ -388,20 +388,19 @@ def trained_share(groups: list[Group], config: TrainConfig, lengths: Any = None)
     skip = skips_uniform_groups(config)
     if skip and getattr(lengths, "trained_share", None) is not None:
         count = max(1, round(len(groups) * lengths.trained_share))
-        ratio = getattr(lengths, "trained_length_ratio", None)
-        kept = nearest_groups(groups, count, ratio) if ratio else groups[:count]
+        trained = getattr(lengths, "trained_lengths", None)
+        kept = nearest_groups(groups, count, trained.mean) if trained is not None else groups[:count]
     else:
         kept = trained_groups(groups, skip)
     return [t for g in kept for t in g.trajectories]
 
 
-def nearest_groups(groups: list[Group], count: int, ratio: float) -> list[Group]:
-    """`count` of the groups whose mean sequence (prompt and response tokens) is nearest `ratio` times the batch's:
-    of the groups ordered by their mean, the run of `count` in a row nearest it (a run that trained its short prompts
-    trains short groups here; the profile's responses are as long as the workload draws them, not as its prompts
-    would make them), in the batch's order."""
+def nearest_groups(groups: list[Group], count: int, target: float) -> list[Group]:
+    """`count` of the groups whose mean sequence (prompt and response tokens) comes nearest `target` tokens: of the
+    groups ordered by their mean, the run of `count` in a row nearest it (a run that trained its short prompts trains
+    short groups here; the profile's responses are as long as the workload draws them, not as its prompts would make
+    them), in the batch's order."""
     sizes = [(sequence_tokens(g.trajectories), len(g.trajectories)) for g in groups]
-    target = ratio * sum(t for t, _ in sizes) / max(1, sum(n for _, n in sizes))
     order = sorted(range(len(groups)), key=lambda k: sizes[k][0] / max(1, sizes[k][1]))
     count = min(count, len(groups))
 

@@ -21,7 +21,7 @@ from areal_core.plan.engine import LengthModel
 from areal_core.plan.profile import Profile
 from areal_core.plan.simulate import simulate
 from areal_core.plan.tools import CallWriter, ToolUse, tools_of
-from areal_core.plan.workload import Workload, describe, trained_length_ratio
+from areal_core.plan.workload import Workload, describe, trained_lengths_of
 from areal_core.rl.config import SYNC_OVERRIDES, TrainConfig
 from areal_core.tasks import get_task
 from areal_core.workflows import choose_workflow
@@ -118,10 +118,10 @@ def predict(profile: Profile, run: list[str], tokenizer: Any, out_dir: Path, gpu
         workload["rewards"] = rewards
         workload["text"] += (f"; rewards as in that run: {rewards['correct_rate']:.1%} correct, "
                              f"{rewards['uniform_groups']:.1%} of groups alike (skipped by the step loop)")
-    ratio = trained_length_ratio(lengths, config)
-    if ratio != 1.0:
-        workload["trained_length_ratio"] = ratio
-        workload["text"] += f"; trained sequences {ratio:.2f}x the batch's mean length, as in that run"
+    trained = trained_lengths_of(lengths, config)
+    if trained is not None:
+        workload["trained_lengths"] = {"prompt_mean": trained.prompts.mean, "response_mean": trained.responses.mean}
+        workload["text"] += f"; {trained.describe()}"
     results = []
     for index, scenario in enumerate(scenarios(profile, gpus, etas, generation_gpus)):
         run_dir = out_dir / "runs" / f"{index:03d}"
@@ -186,6 +186,9 @@ ASSUMPTIONS = [
     "rollout.max_new_tokens; without one, the sampled_lengths workflow's, else every response is "
     "rollout.max_new_tokens long",
     "a response's length does not depend on the policy's version (a run's lengths are pooled over its steps)",
+    "with a run's workload, the sequences a step trains take that run's trained prompt and response lengths, in "
+    "the order of their own draws (which groups carry a gradient follows their prompts, not the simulated rewards; "
+    "how many are trained follows the rewards)",
     "training idle counts pi_prox and the update as busy, not writing the weights",
 ]
 TOOL_ASSUMPTION = ("a tool-using episode's calls, each call's seconds and its result's tokens are drawn from the tool "

@@ -18,7 +18,7 @@ from areal_core.plan.colocation import SharedCosts, SharedHardware
 from areal_core.plan.engine import GenerationCosts, LengthModel, SimulatedEngine
 from areal_core.plan.tools import TOOL_SOURCES, CallWriter, SimulatedTools, ToolUse, result_overhead, tools_of
 from areal_core.plan.trainer import RewardCosts, SimulatedRewards, SimulatedTrainer, TrainingCosts
-from areal_core.plan.workload import trained_length_ratio
+from areal_core.plan.workload import trained_lengths_of
 from areal_core.rewards import RewardService
 from areal_core.rl.config import TrainConfig
 from areal_core.rl.report import RunLogger
@@ -94,7 +94,7 @@ async def simulated_run(config: TrainConfig, costs: ClusterCosts, tokenizer: Any
     run_dir.mkdir(parents=True, exist_ok=True)
     hardware = SharedHardware(costs.shared) if costs.shared is not None else None
     trainer = SimulatedTrainer(costs.training, tokenizer, config.trainer, hardware=hardware,
-                               length_ratio=trained_length_ratio(lengths, config), ranks=costs.trainer_ranks)
+                               trained_lengths=trained_lengths_of(lengths, config), ranks=costs.trainer_ranks)
     engine = SimulatedEngine(costs.servers, costs.generation, lengths, hardware=hardware, calls=calls).start()
     logger = RunLogger(run_dir, tensorboard=False, total_steps=config.steps)
     try:

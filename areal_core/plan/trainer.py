@@ -81,17 +81,15 @@ class SimulatedTrainer:
     """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
 
     def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
-                 version: int = 0, hardware: SharedHardware | None = None, length_ratio: float = 1.0,
+                 version: int = 0, hardware: SharedHardware | None = None, trained_lengths: Any = None,
                  ranks: int = 1) -> None:
-        if length_ratio <= 0:
-            raise ValueError(f"the trained sequences' length ratio must be > 0, got {length_ratio}")
         if ranks < 1:
             raise ValueError(f"the trainer's ranks must be >= 1, got {ranks}")
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
         self.hardware = hardware   # shared with generation: the phases stretch while it runs
-        # a run's trained sequences' mean length over its batch's (Workload.trained_length_ratio): which groups carry
-        # a gradient follows their prompts, which the simulated rewards do not know, so their tokens are scaled
-        self.length_ratio = length_ratio
+        # a run's trained sequences' lengths (plan/workload.py's TrainedLengths): which groups carry a gradient follows
+        # their prompts, which the simulated rewards do not know, so the trained sequences take the run's lengths
+        self.trained_lengths = trained_lengths
         self.ranks = ranks   # data-parallel ranks: each runs its share of a minibatch's micro-batches
         self.tokens_trained = 0
 
@@ -105,9 +103,11 @@ class SimulatedTrainer:
                 top_k: int = -1) -> tuple[int, int, int]:
         """(tokens, sequences, passes) of the batch: what its phases cost. Tokens are the positions the real step's
         micro-batches compute where the costs count those (per_position; a prompt packed once before its answers
-        where both the profiled trainer and the planned config pack them), else its prompt and response tokens; times
-        the length ratio either way (not the passes). Passes: the micro-batches each rank runs."""
+        where both the profiled trainer and the planned config pack them), else its prompt and response tokens.
+        Passes: the micro-batches each rank runs. With a run's trained lengths the sequences have those (trained_like)."""
         costs = self.costs
+        if self.trained_lengths is not None:
+            trajectories = trained_like(trajectories, self.trained_lengths)
         if costs.per_position or costs.proximal_microbatch_s or costs.update_microbatch_s:
             positions, microbatches = step_shape(trajectories, self.config,
                                                  costs.shared_prompts and self.config.share_prompts, self.version,
@@ -115,7 +115,7 @@ class SimulatedTrainer:
         else:
             positions, microbatches = 0, 0
         tokens = positions if costs.per_position else sequence_tokens(trajectories)
-        return round(tokens * self.length_ratio), len(trajectories), microbatches
+        return tokens, len(trajectories), microbatches
 
     def recompute_proximal(self, batch: tuple[int, int, int]) -> None:
         tokens, sequences, microbatches = batch
@@ -163,6 +163,38 @@ class SimulatedTrainer:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class SequenceShape:
+    """What a trainer's plan reads of a trajectory: its prompt's and response's tokens."""
+
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+
+
+def trained_like(trajectories: Sequence[Trajectory], lengths: Any) -> list[SequenceShape]:
+    """The trajectories with the lengths of a run's trained sequences (`lengths`, plan/workload.py's TrainedLengths),
+    by rank: the groups ordered by prompt length take the run's prompt lengths at their quantiles (one prompt a group,
+    its own tokens), the sequences ordered by response length the run's response lengths (ties in a fixed order by
+    id). The order of the simulated lengths, so answers to one prompt that ran alike stay alike; the spread of the
+    run's, so padding and packing are the run's."""
+    n = len(trajectories)
+    members: dict[str, list[int]] = {}
+    for i, t in enumerate(trajectories):
+        members.setdefault(t.group_id, []).append(i)
+    groups = sorted(members, key=lambda g: (len(trajectories[members[g][0]].prompt_token_ids), zlib.crc32(g.encode())))
+    prompts, before = {}, 0
+    for index, group in enumerate(groups):
+        size = len(members[group])
+        prompts[group] = [index] * max(1, lengths.prompts.draw((before + size / 2) / n))
+        before += size
+    ranked = sorted(range(n), key=lambda i: (len(trajectories[i].output_token_ids),
+                                             zlib.crc32(trajectories[i].trajectory_id.encode())))
+    responses = [0] * n
+    for rank, i in enumerate(ranked):
+        responses[i] = max(1, lengths.responses.draw((rank + 0.5) / n))
+    return [SequenceShape(prompts[t.group_id], [0] * responses[i]) for i, t in enumerate(trajectories)]
 
 
 @dataclass(frozen=True)

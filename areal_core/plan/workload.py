@@ -59,13 +59,13 @@ class Distribution(Protocol):
 
 @dataclass(frozen=True)
 class Histogram:
-    """Lengths exactly: each value with its count."""
+    """Lengths exactly: each value with its count (a weight: a pooled histogram's need not be whole)."""
 
-    values: tuple[int, ...]        # increasing
-    cumulative: tuple[int, ...]    # counts of values[:i + 1]
+    values: tuple[int, ...]          # increasing
+    cumulative: tuple[float, ...]    # counts of values[:i + 1]
 
     @classmethod
-    def of(cls, counts: Iterable[tuple[int, int]]) -> "Histogram":
+    def of(cls, counts: Iterable[tuple[int, float]]) -> "Histogram":
         merged: dict[int, int] = {}
         for tokens, count in counts:
             merged[tokens] = merged.get(tokens, 0) + count
@@ -77,7 +77,7 @@ class Histogram:
         return cls(values, tuple(cumulative))
 
     @property
-    def count(self) -> int:
+    def count(self) -> float:
         return self.cumulative[-1]
 
     def draw(self, u: float) -> int:
@@ -160,7 +160,7 @@ class Workload:
     rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
     prompt_share: float = 0.0                     # an empirical one's: how alike one prompt's answers run
     trained_share: float | None = None            # a run's: the share of its responses its step loop trained on
-    trained_length_ratio: float | None = None     # a run's: its trained sequences' mean length over its batch's
+    trained_lengths: "TrainedLengths | None" = None   # a run's: the lengths of the sequences its step loop trained
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -335,40 +335,98 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
     for where, row in _rows(metrics):
         if not isinstance(row, dict):
             raise ConfigError(f"lengths {where}: expected a step's metrics (a JSON object), got {row!r:.60}")
-        if "turn_length_hist" in row or "turn_length_quantiles" in row:   # a multi-turn run: a request is a turn
-            row = {"responses": row.get("turns"), **{key.replace("turn_", "response_"): value
-                                                     for key, value in row.items() if key.startswith("turn_length_")}}
-        if "response_length_hist" in row:
-            pairs = row["response_length_hist"]
-            if not (isinstance(pairs, list) and pairs and all(
-                    isinstance(p, list) and len(p) == 2 and all(_whole(v) and v >= 0 for v in p) for p in pairs)):
-                raise ConfigError(f"lengths {where}: response_length_hist must be [[tokens, count], ...] of whole "
-                                  f"numbers, got {pairs!r:.80}")
-            histogram = Histogram.of((tokens, count) for tokens, count in pairs)
-            if histogram.values:
-                parts.append((histogram.count, histogram))
-        elif "response_length_quantiles" in row:
-            pairs, responses = row["response_length_quantiles"], row.get("responses")
-            ok = isinstance(pairs, list) and len(pairs) >= 2 and all(
-                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in p) for p in pairs)
-            probabilities = [p[0] for p in pairs] if ok else []
-            values = [p[1] for p in pairs] if ok else []
-            if not (ok and probabilities[0] == 0 and probabilities[-1] == 1 and values[0] >= 0
-                    and all(a < b for a, b in zip(probabilities, probabilities[1:]))
-                    and all(a <= b for a, b in zip(values, values[1:]))):
-                raise ConfigError(f"lengths {where}: response_length_quantiles must be [[p, tokens], ...] from p = 0 "
-                                  f"to 1, both increasing, got {pairs!r:.80}")
-            if not (_whole(responses) and responses >= 1):
-                raise ConfigError(f"lengths {where}: response_length_quantiles needs the step's responses (a whole "
-                                  f"number >= 1), got {responses!r}")
-            parts.append((responses, Quantiles(tuple(map(float, probabilities)), tuple(map(float, values)))))
+        turns = "turn_length_hist" in row or "turn_length_quantiles" in row   # a multi-turn run: a request is a turn
+        part = length_part(row, *(("turn_length", "turns") if turns else ("response_length", "responses")), where)
+        if part is not None:
+            parts.append(part)
     if not parts:
         raise ConfigError(f"lengths {metrics}: no step logs response_length_hist or response_length_quantiles (a run "
                           f"made before they were logged, or no step ended); expected {SOURCES}")
     return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
                     rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics),
-                    trained_share=run_trained_share(metrics), trained_length_ratio=run_trained_length_ratio(metrics))
+                    trained_share=run_trained_share(metrics), trained_lengths=run_trained_lengths(metrics))
+
+
+def length_part(row: dict[str, Any], name: str, count_key: str, where: str) -> tuple[float, Distribution] | None:
+    """(weight, lengths) of one step's `<name>_hist` or `<name>_quantiles` (rl/run.py's length_distribution): a
+    histogram weighs its count, quantiles the step's `count_key`; None when the step logs neither (or no length)."""
+    if f"{name}_hist" in row:
+        pairs = row[f"{name}_hist"]
+        if not (isinstance(pairs, list) and pairs and all(
+                isinstance(p, list) and len(p) == 2 and all(_whole(v) and v >= 0 for v in p) for p in pairs)):
+            raise ConfigError(f"lengths {where}: {name}_hist must be [[tokens, count], ...] of whole numbers, got "
+                              f"{pairs!r:.80}")
+        histogram = Histogram.of((tokens, count) for tokens, count in pairs)
+        return (histogram.count, histogram) if histogram.values else None
+    if f"{name}_quantiles" in row:
+        pairs, count = row[f"{name}_quantiles"], row.get(count_key)
+        ok = isinstance(pairs, list) and len(pairs) >= 2 and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        for v in p) for p in pairs)
+        probabilities = [p[0] for p in pairs] if ok else []
+        values = [p[1] for p in pairs] if ok else []
+        if not (ok and probabilities[0] == 0 and probabilities[-1] == 1 and values[0] >= 0
+                and all(a < b for a, b in zip(probabilities, probabilities[1:]))
+                and all(a <= b for a, b in zip(values, values[1:]))):
+            raise ConfigError(f"lengths {where}: {name}_quantiles must be [[p, tokens], ...] from p = 0 to 1, both "
+                              f"increasing, got {pairs!r:.80}")
+        if not (_whole(count) and count >= 1):
+            raise ConfigError(f"lengths {where}: {name}_quantiles needs the step's {count_key} (a whole number >= 1), "
+                              f"got {count!r}")
+        return count, Quantiles(tuple(map(float, probabilities)), tuple(map(float, values)))
+    return None
+
+
+def pooled(parts: list[tuple[float, Distribution]]) -> Histogram:
+    """Steps' lengths as one histogram, each step weighing its count: a histogram's lengths as they are, quantiles at
+    up to POOLED_DRAWS evenly spaced probabilities (so that a long run pools in bounded time)."""
+    counts: list[tuple[int, float]] = []
+    for weight, part in parts:
+        if isinstance(part, Histogram):
+            before = (0, *part.cumulative[:-1])
+            counts += [(v, c - b) for v, c, b in zip(part.values, part.cumulative, before)]
+        else:
+            draws = max(1, min(POOLED_DRAWS, round(weight)))
+            counts += [(part.draw((j + 0.5) / draws), weight / draws) for j in range(draws)]
+    return Histogram.of(counts)
+
+
+POOLED_DRAWS = 256
+
+
+@dataclass(frozen=True)
+class TrainedLengths:
+    """The prompt and response lengths of the sequences a run's step loop trained on, pooled over its steps. Which
+    groups carry a gradient follows their prompts (in the CPU demo the easy ones: short prompts with four-token
+    answers, against the batch's long tail), which simulated rewards do not know; a simulated step trains sequences
+    of these lengths (plan/trainer.py's trained_like), so that its padding and packing are the run's."""
+
+    prompts: Histogram
+    responses: Histogram
+
+    @property
+    def mean(self) -> float:
+        """Tokens of a trained sequence, on average."""
+        return self.prompts.mean + self.responses.mean
+
+    def describe(self) -> str:
+        return (f"the step trains sequences of that run's trained lengths ({self.prompts.mean:.1f} prompt + "
+                f"{self.responses.mean:.1f} response tokens on average)")
+
+
+def run_trained_lengths(metrics: Path) -> TrainedLengths | None:
+    """A run's TrainedLengths, from its steps' trained_prompt_length_* and trained_response_length_* (rl/run.py);
+    None for a run that does not log them."""
+    prompts, responses = [], []
+    for where, row in _rows(metrics):
+        if not isinstance(row, dict):
+            continue
+        prompt = length_part(row, "trained_prompt_length", "trained_sequences", where)
+        response = length_part(row, "trained_response_length", "trained_sequences", where)
+        if prompt is not None and response is not None:
+            prompts.append(prompt)
+            responses.append(response)
+    return TrainedLengths(pooled(prompts), pooled(responses)) if prompts else None
 
 
 def run_prompt_share(metrics: Path) -> float:
@@ -392,27 +450,12 @@ def run_trained_share(metrics: Path) -> float | None:
     return min(1.0, max(0.0, sum(t for _, t in steps) / responses)) if responses > 0 else None
 
 
-def run_trained_length_ratio(metrics: Path) -> float | None:
-    """How long the sequences a run's step loop trained on were against its whole batch's, prompt and response
-    tokens, mean per sequence: (trained_tokens / trained_sequences) / (batch_tokens / responses) over its steps.
-    Which groups are mixed (and so trained) follows their prompts: in the CPU demo the easy, short prompts, 10
-    tokens a sequence against the batch's 14. None for a run that does not log them, or trained nothing."""
-    keys = ("responses", "batch_tokens", "trained_sequences", "trained_tokens")
-    steps = [row for _, row in _rows(metrics) if isinstance(row, dict)
-             and all(isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool) and row[k] >= 0
-                     for k in keys)]
-    responses, batch, sequences, trained = (sum(row[k] for row in steps) for k in keys)
-    if not (responses and batch and sequences and trained):
-        return None
-    return (trained / sequences) / (batch / responses)
-
-
-def trained_length_ratio(lengths: Any, config: Any) -> float:
-    """The ratio a simulated trainer scales its batch's tokens by for `config` (a TrainConfig) on `lengths`: a run's
-    workload's `trained_length_ratio` where the step loop skips uniform groups as that run's did (no KL term), else 1
-    (all of a batch is trained, or the workload does not say)."""
-    ratio = getattr(lengths, "trained_length_ratio", None)
-    return ratio if skips_uniform_groups(config) and ratio else 1.0
+def trained_lengths_of(lengths: Any, config: Any) -> TrainedLengths | None:
+    """The lengths a simulated trainer gives the sequences it trains for `config` (a TrainConfig) on `lengths`: a
+    run's workload's `trained_lengths` where the step loop skips uniform groups as that run's did (no KL term), else
+    None (all of a batch is trained, its lengths as drawn; or the workload does not say)."""
+    trained = getattr(lengths, "trained_lengths", None)
+    return trained if skips_uniform_groups(config) else None
 
 
 def run_rewards(metrics: Path) -> dict[str, float] | None:

@@ -190,6 +190,10 @@ class TrainingRun:
             # prompt + response tokens, of what was trained and of the batch: the groups that carry a gradient are
             # not a random share of the batch (easy short prompts are the mixed ones), so `areal plan` takes both
             "trained_tokens": sequence_tokens(trained), "batch_tokens": sequence_tokens(batch),
+            # and their lengths: `areal plan` trains sequences of these lengths (their padding and packing are not
+            # those of the batch's: in the CPU demo every trained answer is four tokens long)
+            **length_distribution([len(t.prompt_token_ids) for t in trained], "trained_prompt_length"),
+            **length_distribution([len(t.output_token_ids) for t in trained], "trained_response_length"),
             "batch_prompts_used": self.rollout.last_batch_prompts,  # > batch_size: dynamic sampling dropped some
         })
         episodes = [t.episode for t in batch if t.episode]
@@ -347,17 +351,17 @@ LENGTH_HISTOGRAM_BINS = 32   # distinct lengths a step logs exactly; more, and i
 LENGTH_QUANTILES = tuple(i / 100 for i in range(100)) + (0.995, 0.999, 1.0)
 
 
-def length_distribution(lengths: list[int]) -> dict[str, list[list[float]]]:
-    """A step's response lengths in one line of metrics.jsonl (`areal plan --lengths RUN_DIR` draws from them):
-    `response_length_hist`, [[tokens, count], ...], when they take at most LENGTH_HISTOGRAM_BINS values, else
-    `response_length_quantiles`, [[p, tokens], ...]: the sorted lengths at index round(p (n - 1)) for p in
+def length_distribution(lengths: list[int], name: str = "response_length") -> dict[str, list[list[float]]]:
+    """A step's lengths (its responses' by default) in one line of metrics.jsonl (`areal plan --lengths RUN_DIR`
+    draws from them): `<name>_hist`, [[tokens, count], ...], when they take at most LENGTH_HISTOGRAM_BINS values,
+    else `<name>_quantiles`, [[p, tokens], ...]: the sorted lengths at index round(p (n - 1)) for p in
     LENGTH_QUANTILES (every percentile, 99.5, 99.9, the max: ~1.3 kB at any batch size). Pairs, not a mapping,
     so TensorBoard does not get a scalar per length."""
     counts = Counter(lengths)
     if len(counts) <= LENGTH_HISTOGRAM_BINS:
-        return {"response_length_hist": [[tokens, count] for tokens, count in sorted(counts.items())]}
+        return {f"{name}_hist": [[tokens, count] for tokens, count in sorted(counts.items())]}
     ordered = sorted(lengths)
-    return {"response_length_quantiles": [[p, ordered[round(p * (len(ordered) - 1))]] for p in LENGTH_QUANTILES]}
+    return {f"{name}_quantiles": [[p, ordered[round(p * (len(ordered) - 1))]] for p in LENGTH_QUANTILES]}
 
 
 TOOL_SECONDS_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
@@ -371,8 +375,7 @@ def tool_use(batch: list[Trajectory], episodes: list[dict[str, Any]]) -> dict[st
     tokens a result adds, its wrapper included)."""
     turns = [turn["end"] - turn["start"] for t in batch for turn in t.turns if turn["role"] == "assistant"]
     turns += [len(t.output_token_ids) for t in batch if not t.turns]   # one generation, nothing appended
-    out: dict[str, Any] = {key.replace("response_", "turn_"): value
-                           for key, value in length_distribution(turns).items()}
+    out: dict[str, Any] = length_distribution(turns, "turn_length")
     out["turns"] = len(turns)
     out["tool_calls_hist"] = [[calls, count] for calls, count in
                               sorted(Counter(int(e.get("tool_calls", 0)) for e in episodes).items())]

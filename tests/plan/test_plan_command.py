@@ -236,7 +236,7 @@ def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_b
     # all of it without the skip, or with a KL term (the loop trains on alike groups then)
     for changed in (TrainConfig(rollout=dataclasses.replace(config.rollout, skip_uniform_groups=False)),
                     TrainConfig(trainer=dataclasses.replace(config.trainer, kl_coef=0.1))):
-        assert ids(trained_share(groups, changed, SimpleNamespace(trained_share=0.5, trained_length_ratio=0.5))) \
+        assert ids(trained_share(groups, changed, SimpleNamespace(trained_share=0.5, trained_lengths=None))) \
             == ["g0", "g1", "g2", "g3"]
 
 
@@ -244,6 +244,7 @@ def test_the_profile_trains_the_groups_nearest_the_length_of_what_the_run_traine
     from types import SimpleNamespace
 
     from areal_core.plan.measure import nearest_groups, trained_share
+    from areal_core.plan.workload import Histogram, TrainedLengths
     from areal_core.rl.rollout import Group
     from areal_core.types import RewardResult, Trajectory
 
@@ -257,16 +258,17 @@ def test_the_profile_trains_the_groups_nearest_the_length_of_what_the_run_traine
     # sequences of 20, 10, 30, 12, 8 tokens: the batch's mean is 16
     groups = [group(0, 12, 8), group(1, 6, 4), group(2, 20, 10), group(3, 6, 6), group(4, 4, 4)]
     names = lambda kept: [g.group_id for g in kept]   # noqa: E731
-    # a run whose trained sequences ran 0.625x its batch's (10 tokens): two groups nearest 10 a sequence
-    assert names(nearest_groups(groups, 2, 0.625)) == ["g1", "g4"]            # 9, in the batch's order
-    assert names(nearest_groups(groups, 3, 0.625)) == ["g1", "g3", "g4"]      # 10 exactly
-    assert names(nearest_groups(groups, 2, 1.5)) == ["g0", "g2"]              # 25, the longest two
-    assert names(nearest_groups(groups, 9, 1.0)) == ["g0", "g1", "g2", "g3", "g4"]   # no more than there are
+    # a run whose trained sequences ran 10 tokens: two groups nearest 10 a sequence
+    assert names(nearest_groups(groups, 2, 10.0)) == ["g1", "g4"]            # 9, in the batch's order
+    assert names(nearest_groups(groups, 3, 10.0)) == ["g1", "g3", "g4"]      # 10 exactly
+    assert names(nearest_groups(groups, 2, 24.0)) == ["g0", "g2"]            # 25, the longest two
+    assert names(nearest_groups(groups, 9, 16.0)) == ["g0", "g1", "g2", "g3", "g4"]   # no more than there are
     config = TrainConfig()
-    share = SimpleNamespace(trained_share=0.4, trained_length_ratio=0.625)
+    six_four = TrainedLengths(Histogram.of([(6, 3)]), Histogram.of([(4, 3)]))   # 6 + 4 tokens a trained sequence
+    share = SimpleNamespace(trained_share=0.4, trained_lengths=six_four)
     assert [t.group_id for t in trained_share(groups, config, share)][::2] == ["g1", "g4"]
-    # a run that does not log its trained tokens: the first groups
-    share = SimpleNamespace(trained_share=0.4, trained_length_ratio=None)
+    # a run that does not log its trained lengths: the first groups
+    share = SimpleNamespace(trained_share=0.4, trained_lengths=None)
     assert [t.group_id for t in trained_share(groups, config, share)][::2] == ["g0", "g1"]
 
 

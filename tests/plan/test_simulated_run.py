@@ -13,8 +13,10 @@ from areal_core.engine.model import build_char_tokenizer
 from areal_core.errors import ConfigError
 from areal_core.plan.engine import GenerationCosts
 from areal_core.plan.simulate import ClusterCosts, simulate
-from areal_core.plan.trainer import RewardCosts, TrainingCosts
+from areal_core.plan.trainer import RewardCosts, TrainingCosts, trained_like
+from areal_core.plan.workload import Histogram, TrainedLengths
 from areal_core.rl.config import SYNC_OVERRIDES
+from areal_core.types import RewardResult, Trajectory
 
 COSTS = ClusterCosts(GenerationCosts(step_s=0.02, sequence_s=0.001, prefill_token_s=1e-4, weight_load_s=0.5),
                      TrainingCosts(proximal_token_s=1e-4, update_token_s=3e-4, publish_s=0.2),
@@ -103,35 +105,55 @@ def test_streamed_weights_go_through_the_runs_weight_streamer_in_buckets_and_a_d
 
 
 class EightTokens:
-    """Every response 8 tokens; a run's trained sequences at `trained_length_ratio` times its batch's length."""
+    """Every response 8 tokens; a run's trained sequences of `trained_lengths`."""
 
-    def __init__(self, trained_length_ratio: float | None) -> None:
-        self.trained_length_ratio = trained_length_ratio
+    def __init__(self, trained_lengths: TrainedLengths | None) -> None:
+        self.trained_lengths = trained_lengths
 
     def __call__(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> int:
         return 8
 
 
-def test_the_simulated_trainer_charges_a_runs_trained_sequences_at_that_runs_length_over_its_batchs(tmp_path):
-    def phases(name: str, ratio: float | None, *overrides: str) -> list[tuple[float, int, int, int]]:
+def test_the_simulated_trainer_trains_sequences_of_a_runs_trained_lengths(tmp_path):
+    def phases(name: str, trained: TrainedLengths | None, *overrides: str) -> list[tuple[float, int, int, int]]:
         summary = simulate([*RUN, f"output_dir={tmp_path}", "steps=3", "rollout.skip_uniform_groups=true",
                             *SYNC_OVERRIDES, *overrides], COSTS, build_char_tokenizer(), tmp_path / name,
-                           lengths=EightTokens(ratio))
+                           lengths=EightTokens(trained))
         assert summary["steps"] == 3
         metrics = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         return [(m["proximal_seconds"], m["trained_tokens"], m["batch_tokens"], m["trained_sequences"])
                 for m in metrics]
 
-    plain, halved = phases("plain", None), phases("halved", 0.5)
+    three_two = TrainedLengths(Histogram.of([(3, 5)]), Histogram.of([(2, 5)]))   # 3-token prompts, 2-token answers
+    plain, short = phases("plain", None), phases("short", three_two)
     # the step loop logs what it trained and the whole batch, prompts and responses; uniform groups were skipped
     assert all(0 < trained < batch and sequences < 8 * 4 for _, trained, batch, sequences in plain)
-    assert [p[1:] for p in halved] == [p[1:] for p in plain]   # the same groups, drawn by request id
-    # pi_prox costs 1e-4 s a token (and nothing a sequence): charged on the tokens, then on half of them
+    assert [p[1:] for p in short] == [p[1:] for p in plain]   # the same groups, drawn by request id
+    # pi_prox costs 1e-4 s a token (and nothing a sequence): charged on the tokens, then on 5 a sequence
     assert [p[0] for p in plain] == pytest.approx([1e-4 * trained for _, trained, _, _ in plain])
-    assert [p[0] for p in halved] == pytest.approx([1e-4 * round(trained * 0.5) for _, trained, _, _ in plain])
-    # a KL term trains the uniform groups too: all of the batch, so the run's ratio no longer applies
-    with_kl = phases("kl", 0.5, "trainer.kl_coef=0.1")
+    assert [p[0] for p in short] == pytest.approx([1e-4 * 5 * sequences for _, _, _, sequences in plain])
+    # a KL term trains the uniform groups too: all of the batch, as drawn, so the run's trained lengths do not apply
+    with_kl = phases("kl", three_two, "trainer.kl_coef=0.1")
     assert all(trained == batch and seconds == pytest.approx(1e-4 * trained) for seconds, trained, batch, _ in with_kl)
+
+
+def test_trained_sequences_take_the_runs_lengths_in_the_order_of_their_own():
+    """Groups by prompt length take the run's prompt lengths at their quantiles, sequences by response length its
+    response lengths; a group keeps one prompt of its own (packing behind a shared prompt sees one per group)."""
+    def trajectory(group: str, index: int, prompt: int, response: int) -> Trajectory:
+        return Trajectory(trajectory_id=f"{group}.{index}", task="t", sample_id=group, group_id=group,
+                          prompt_token_ids=[7] * prompt, output_token_ids=[9] * response,
+                          output_logprobs=[0.0] * response, output_versions=[0] * response, response="",
+                          finish_reason="stop", reward=RewardResult(score=0.0))
+
+    batch = [trajectory("a", 0, 10, 3), trajectory("a", 1, 10, 9), trajectory("b", 0, 5, 1), trajectory("b", 1, 5, 20)]
+    run = TrainedLengths(Histogram.of([(4, 1), (8, 1)]), Histogram.of([(2, 1), (3, 1), (5, 1), (7, 1)]))
+    shaped = trained_like(batch, run)
+    # b's prompt is shorter: the run's prompt at quantile 1/4 (4), a's at 3/4 (8); responses 1, 3, 9, 20 by rank
+    # take 2, 3, 5, 7
+    assert [(len(s.prompt_token_ids), len(s.output_token_ids)) for s in shaped] == [(8, 3), (8, 5), (4, 2), (4, 7)]
+    assert shaped[0].prompt_token_ids == shaped[1].prompt_token_ids and shaped[2].prompt_token_ids == shaped[3].prompt_token_ids
+    assert shaped[0].prompt_token_ids[0] != shaped[2].prompt_token_ids[0]   # two groups, two prompts
 
 
 def test_each_trainer_rank_runs_its_share_of_the_passes_in_a_simulated_run(tmp_path):

@@ -238,9 +238,16 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
         assert s["batch_tokens"] > s["response_tokens"] and (s["batch_tokens"] - s["response_tokens"]) % 4 == 0
         assert 0 < s["trained_tokens"] <= s["batch_tokens"]
         assert (s["trained_tokens"] == s["batch_tokens"]) == (s["trained_sequences"] == s["responses"])
-    ratio = load_workload(run_dir).trained_length_ratio
-    assert ratio == pytest.approx((sum(s["trained_tokens"] for s in steps) / sum(s["trained_sequences"] for s in steps))
-                                  / (sum(s["batch_tokens"] for s in steps) / sum(s["responses"] for s in steps)))
+        # and the lengths of what it trained: the simulated trainer trains sequences of these
+        for name in ("trained_prompt_length_hist", "trained_response_length_hist"):
+            assert sum(count for _, count in s[name]) == s["trained_sequences"]
+        assert sum(t * c for t, c in s["trained_prompt_length_hist"] + s["trained_response_length_hist"]) \
+            == s["trained_tokens"]
+    trained_lengths = load_workload(run_dir).trained_lengths
+    sequences = sum(s["trained_sequences"] for s in steps)
+    assert trained_lengths.prompts.mean == pytest.approx(
+        sum(t * c for s in steps for t, c in s["trained_prompt_length_hist"]) / sequences)
+    assert trained_lengths.mean == pytest.approx(sum(s["trained_tokens"] for s in steps) / sequences)
     # drawn as the simulated reward model draws them, groups of the run's size (4) are mixed as often as the run's
     costs = RewardCosts(**rewards)
     groups = [{costs.draw(f"p{g}.{i}")[1] for i in range(4)} for g in range(4000)]
@@ -261,23 +268,37 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     (bare / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
     assert load_workload(bare).rewards is None
     assert load_workload(bare).trained_share == trained   # logged by every step, no config needed
-    assert load_workload(bare).trained_length_ratio == ratio
-    # a run whose trained sequences ran 0.8x its batch's: areal plan charges its simulated trainer so, and says so
-    (bare / "metrics.jsonl").write_text("".join(json.dumps({**s, "trained_tokens": 0.8 * s["trained_sequences"]
-                                                            * s["batch_tokens"] / s["responses"]}) + "\n"
-                                                for s in steps))
-    assert load_workload(bare).trained_length_ratio == pytest.approx(0.8)
+    assert load_workload(bare).trained_lengths == trained_lengths
+    # a run that trained 6-token prompts with 4-token answers, one step logged as quantiles (a step of many lengths):
+    # areal plan trains sequences of those lengths, and says so
+    six_four = [{**s, "trained_prompt_length_hist": [[6, s["trained_sequences"]]],
+                 "trained_response_length_hist": [[4, s["trained_sequences"]]]} for s in steps]
+    six_four[0].pop("trained_response_length_hist")
+    six_four[0]["trained_response_length_quantiles"] = [[0.0, 2], [0.5, 4], [1.0, 6]]
+    (bare / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in six_four))
+    assert load_workload(bare).trained_lengths.prompts.values == (6,)
+    assert load_workload(bare).trained_lengths.responses.mean == pytest.approx(4.0, abs=0.01)
     result = CliRunner().invoke(cli, ["plan", str(profile), "--gpus", "2", "--eta", "0", "--lengths", str(bare),
                                       "--output", str(tmp_path / "plan-bare"), "task=arithmetic", "steps=2",
                                       "rollout.batch_size=8", "rollout.group_size=4"])
     assert result.exit_code == 0, result.output
     workload = json.loads((tmp_path / "plan-bare" / "plan.json").read_text())["workload"]
-    assert workload["trained_length_ratio"] == pytest.approx(0.8)
-    assert "trained sequences 0.80x the batch's mean length, as in that run" in workload["text"]
-    # a run made before they were logged: no ratio
-    (bare / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in s.items() if k != "batch_tokens"}) + "\n"
-                                                for s in steps))
-    assert load_workload(bare).trained_length_ratio is None
+    assert workload["trained_lengths"] == pytest.approx({"prompt_mean": 6.0, "response_mean": 4.0}, abs=0.01)
+    assert "the step trains sequences of that run's trained lengths (6.0 prompt + 4.0 response tokens" in workload["text"]
+    # ... not for a planned run that trains every group (a KL term)
+    result = CliRunner().invoke(cli, ["plan", str(profile), "--gpus", "2", "--eta", "0", "--lengths", str(bare),
+                                      "--output", str(tmp_path / "plan-kl"), "task=arithmetic", "steps=2",
+                                      "rollout.batch_size=8", "rollout.group_size=4", "trainer.kl_coef=0.1"])
+    assert result.exit_code == 0, result.output
+    assert "trained_lengths" not in json.loads((tmp_path / "plan-kl" / "plan.json").read_text())["workload"]
+    # a malformed one is named; a run made before they were logged has none
+    six_four[1]["trained_prompt_length_hist"] = [[6, -1]]
+    (bare / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in six_four))
+    with pytest.raises(ConfigError, match=r"metrics.jsonl:2: trained_prompt_length_hist must be \[\[tokens, count\]"):
+        load_workload(bare)
+    (bare / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in s.items() if not k.startswith("trained_")})
+                                                + "\n" for s in steps))
+    assert load_workload(bare).trained_lengths is None
 
 
 def test_the_share_of_length_variance_a_prompt_decides_is_measured_by_the_intraclass_correlation():
