@@ -8,18 +8,19 @@
    run's policy turns; metrics.jsonl, `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups
    (which the step loop skips, so they set what is trained), and a tool run's calls (calls per episode, a call's
    seconds, a result's tokens) are the workload its family's predictions take. Nothing else of a measured run goes
-   in; the one profile (the demo's config) serves both families.
-3. `areal plan profile --lengths RUN_DIR`, halfway through the measured runs (so that the machine's drift over the
-   sitting falls on both sides of it), measures this machine with the benches' config (the embedded model, the
-   local engine and trainer in one process, arithmetic-longtail): decode-step costs, trainer costs, how much
-   generation and training slow each other on the shared cores (on batches of the workload's lengths), reward
-   latency. Each configuration is then predicted: a simulated run of the real controller on the profile's costs.
+   in; the profiles (the demo's config) serve both families.
+3. `areal plan profile --lengths RUN_DIR`, taken `--profiles` times spread over the measured runs (this machine's
+   speed drifts over minutes, and a profile is timed once where a configuration runs `--repeats` times), measures
+   this machine with the benches' config (the embedded model, the local engine and trainer in one process,
+   arithmetic-longtail): decode-step costs, trainer costs, how much generation and training slow each other on the
+   shared cores (on batches of the workload's lengths), reward latency. Each configuration is then predicted on each
+   profile (a simulated run of the real controller on its costs); its prediction is their mean.
 
 Throughput is steady state in both: trajectories of steps skip+1..N over their seconds (the first steps pay for
 starting the reward workers and the first forward passes, which a profile does not describe). Goals (issue #23):
 each predicted throughput within 15% of the measured one, each predicted ratio within 10%.
 
-    .venv/bin/python bench/bench_plan_validation.py [--steps 40] [--skip 3] [--repeats 2]
+    .venv/bin/python bench/bench_plan_validation.py [--steps 40] [--skip 3] [--repeats 2] [--profiles 3]
 """
 from __future__ import annotations
 
@@ -94,12 +95,22 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
     return training_runs.steady_throughput(simulated["metrics"], skip), simulated
 
 
+def profile_points(repeats: int, profiles: int) -> list[int]:
+    """After how many repeats each profile is taken: evenly spread over the sitting, the first after the first repeat
+    (it profiles on the first sync run's lengths)."""
+    if repeats < 1 or profiles < 1:
+        raise SystemExit("--repeats and --profiles must be >= 1")
+    return [max(1, min(repeats, round((k + 1) * repeats / (profiles + 1)))) for k in range(profiles)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip", type=int, default=3, help="first steps left out of the steady-state throughput")
     parser.add_argument("--every", type=int, default=10, help="bench_async_vs_sync's keep_policy_every")
     parser.add_argument("--repeats", type=int, default=2, help="measured runs of each configuration")
+    parser.add_argument("--profiles", type=int, default=3,
+                        help="profiles taken, spread over the measured runs; a prediction is the mean of theirs")
     parser.add_argument("--profile-repeats", type=int, default=3,
                         help="areal plan profile --repeats: times each batch-level timing is taken")
     parser.add_argument("--output", type=Path, default=None, help="keep everything here (default: a temp dir)")
@@ -121,30 +132,41 @@ def main() -> None:
                     measured[name].append(training_runs.steady_throughput(metrics, args.skip))
                     workload_runs.setdefault(family(name), run_dir)   # a family's first (sync) run: its workload
 
-        # the profile halfway through the measured runs: a machine whose speed drifts over the sitting drifts alike
-        # on both sides of it (profiled after all the runs, in a slower minute, two sittings read every prediction
-        # 9-27% low)
-        half = (args.repeats + 1) // 2   # (with one repeat: after it)
-        measure(range(half))
-        # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the run
-        # they plan (how much engine and trainer slow each other on these cores depends on them)
-        profile = out / "profile.yaml"
-        overrides, _ = runs["sync"]
-        profile_args = [a for a in overrides if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
-        workload_run = workload_runs["demo"]
-        print(f"$ areal plan profile {' '.join(profile_args)} --lengths {workload_run}", flush=True)
-        printed = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
-                                  "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
-                                 check=True, capture_output=True, text=True).stdout
-        print(printed, flush=True)
-        measure(range(half, args.repeats))
+        def take_profile(index: int) -> Path:
+            # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the
+            # run they plan (how much engine and trainer slow each other on these cores depends on them)
+            profile = out / f"profile{index}.yaml"
+            overrides, _ = runs["sync"]
+            profile_args = [a for a in overrides
+                            if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
+            workload_run = workload_runs["demo"]
+            print(f"$ areal plan profile {' '.join(profile_args)} --lengths {workload_run}", flush=True)
+            result = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
+                                     "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
+                                    capture_output=True, text=True)
+            if result.returncode:
+                raise SystemExit(f"areal plan profile failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+            print(result.stdout, flush=True)
+            return profile
 
-        predicted = {}
+        # The profiles spread over the measured runs, as the runs are (this machine's speed drifts by up to ~1.7x
+        # over minutes: one profile taken in a fast minute read every prediction 20-30% high, val18). Each profile
+        # needs the workload, so the first follows the first repeat.
+        done, profiles = 0, []
+        for point in profile_points(args.repeats, args.profiles):
+            measure(range(done, point))
+            done = point
+            profiles.append(take_profile(len(profiles)))
+        measure(range(done, args.repeats))
+
+        # each configuration predicted on every profile; the prediction is their mean, as the measurement is the runs'
+        predictions: dict[str, list[float]] = {}
         for name, (overrides, sync) in runs.items():
-            predicted[name], simulated = predict(profile, overrides, sync, workload_runs[family(name)], args.skip,
-                                                 out / "predicted" / name)
-            print(f"predicted {name}: {predicted[name]:.1f} trajectories/s ({len(simulated['metrics'])} simulated "
-                  f"steps)", flush=True)
+            predictions[name] = [predict(profile, overrides, sync, workload_runs[family(name)], args.skip,
+                                         out / "predicted" / f"{name}-{profile.stem}")[0] for profile in profiles]
+            print(f"predicted {name}: " + ", ".join(f"{value:.1f}" for value in predictions[name])
+                  + " trajectories/s (one per profile)", flush=True)
+        predicted = {name: statistics.fmean(values) for name, values in predictions.items()}
 
     means = {name: statistics.fmean(values) for name, values in measured.items()}
     rows, met = [], True
@@ -156,7 +178,8 @@ def main() -> None:
         met &= abs(error) <= GOAL_THROUGHPUT
         spread = ", ".join(f"{v:.0f}" for v in measured[name])
         print(f"{name:<12} | {means[name]:>7.1f} ({spread}) | {predicted[name]:>9.1f} | {error:>+7.1%}")
-        rows.append({"run": name, "measured": measured[name], "predicted": predicted[name], "error": error})
+        rows.append({"run": name, "measured": measured[name], "predicted": predicted[name],
+                     "predictions": predictions[name], "error": error})
     print(f"\n{'ratio':<40} | {'measured':>8} | {'predicted':>9} | {'error':>7}")
     for label, (a, b) in RATIOS.items():
         real, guess = means[a] / means[b], predicted[a] / predicted[b]
