@@ -6,9 +6,10 @@
    (`areal train`, its own process). Runs alternate across repeats so drift in machine load hits every mode alike.
 2. The workload: the first synchronous run of each family (the demo's, the tools'); its response lengths (a tool
    run's policy turns; metrics.jsonl, `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups
-   (which the step loop skips, so they set what is trained), and a tool run's calls (calls per episode, a call's
-   seconds, a result's tokens) are the workload its family's predictions take. Nothing else of a measured run goes
-   in; the profiles (the demo's config) serve both families.
+   (which the step loop skips, so they set what is trained), the share of its responses it trained and their prompt
+   and response lengths, and a tool run's calls (calls per episode, a call's seconds, a result's tokens) are the
+   workload its family's predictions take. Nothing else of a measured run goes in (no timing); the profiles (the
+   demo's config) serve both families.
 3. `areal plan profile --lengths RUN_DIR`, taken `--profiles` times spread over the measured runs (this machine's
    speed drifts over minutes, and a profile is timed once where a configuration runs `--repeats` times), measures
    this machine with the benches' config (the embedded model, the local engine and trainer in one process,
@@ -95,12 +96,10 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
     return training_runs.steady_throughput(simulated["metrics"], skip), simulated
 
 
-def profile_points(repeats: int, profiles: int) -> list[int]:
-    """After how many repeats each profile is taken: evenly spread over the sitting, the first after the first repeat
-    (it profiles on the first sync run's lengths)."""
-    if repeats < 1 or profiles < 1:
-        raise SystemExit("--repeats and --profiles must be >= 1")
-    return [max(1, min(repeats, round((k + 1) * repeats / (profiles + 1)))) for k in range(profiles)]
+def profile_points(runs: int, profiles: int) -> list[int]:
+    """After how many of the sitting's `runs` each profile is taken: evenly spread between them, none before the
+    first (it profiles on the first sync run's lengths)."""
+    return [max(1, min(runs, round((k + 1) * runs / (profiles + 1)))) for k in range(profiles)]
 
 
 def main() -> None:
@@ -115,6 +114,8 @@ def main() -> None:
                         help="areal plan profile --repeats: times each batch-level timing is taken")
     parser.add_argument("--output", type=Path, default=None, help="keep everything here (default: a temp dir)")
     args = parser.parse_args()
+    if args.repeats < 1 or args.profiles < 1:
+        parser.error("--repeats and --profiles must be >= 1")
     areal = str(Path(sys.executable).with_name("areal"))
     runs = configurations(args.steps, args.every)
 
@@ -124,13 +125,17 @@ def main() -> None:
         measured: dict[str, list[float]] = {name: [] for name in runs}
         workload_runs: dict[str, Path] = {}
 
-        def measure(rounds: range) -> None:
-            for repeat in rounds:
-                for name, (overrides, sync) in runs.items():
-                    run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
-                    metrics = training_runs.read_run(run_dir)["metrics"]
-                    measured[name].append(training_runs.steady_throughput(metrics, args.skip))
-                    workload_runs.setdefault(family(name), run_dir)   # a family's first (sync) run: its workload
+        # every run of the sitting in turn: the configurations alternate across repeats, so that drift in machine
+        # load hits every mode alike
+        order = [(repeat, name) for repeat in range(args.repeats) for name in runs]
+
+        def measure(turns: list[tuple[int, str]]) -> None:
+            for repeat, name in turns:
+                overrides, sync = runs[name]
+                run_dir = training_runs.train(f"{name}{repeat}", out / "measured", overrides, sync=sync)
+                metrics = training_runs.read_run(run_dir)["metrics"]
+                measured[name].append(training_runs.steady_throughput(metrics, args.skip))
+                workload_runs.setdefault(family(name), run_dir)   # a family's first (sync) run: its workload
 
         def take_profile(index: int) -> Path:
             # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the
@@ -151,13 +156,13 @@ def main() -> None:
 
         # The profiles spread over the measured runs, as the runs are (this machine's speed drifts by up to ~1.7x
         # over minutes: one profile taken in a fast minute read every prediction 20-30% high, val18). Each profile
-        # needs the workload, so the first follows the first repeat.
+        # needs the workload, so none comes before the first run (the demo's sync run).
         done, profiles = 0, []
-        for point in profile_points(args.repeats, args.profiles):
-            measure(range(done, point))
+        for point in profile_points(len(order), args.profiles):
+            measure(order[done:point])
             done = point
             profiles.append(take_profile(len(profiles)))
-        measure(range(done, args.repeats))
+        measure(order[done:])
 
         # each configuration predicted on every profile; the prediction is their mean, as the measurement is the runs'
         predictions: dict[str, list[float]] = {}

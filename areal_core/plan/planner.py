@@ -186,9 +186,10 @@ ASSUMPTIONS = [
     "rollout.max_new_tokens; without one, the sampled_lengths workflow's, else every response is "
     "rollout.max_new_tokens long",
     "a response's length does not depend on the policy's version (a run's lengths are pooled over its steps)",
-    "with a run's workload, the sequences a step trains take that run's trained prompt and response lengths, in "
-    "the order of their own draws (which groups carry a gradient follows their prompts, not the simulated rewards; "
-    "how many are trained follows the rewards)",
+    "with a run's workload, the sequences a step trains take that run's trained prompt and response lengths (matched "
+    "apart, each in the order of the step's own; none longer than its longest response): which groups carry a "
+    "gradient follows their prompts, not the simulated rewards, and the planned task's prompts are the run's; how "
+    "many are trained follows the rewards",
     "training idle counts pi_prox and the update as busy, not writing the weights",
 ]
 TOOL_ASSUMPTION = ("a tool-using episode's calls, each call's seconds and its result's tokens are drawn from the tool "

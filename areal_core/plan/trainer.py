@@ -18,7 +18,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from areal_core.engine.weight_sync import Bucket
 from areal_core.plan.clock import charge, charge_until
@@ -28,6 +28,9 @@ from areal_core.rl.rollout import sequence_tokens
 from areal_core.rl.trainer import step_shape
 from areal_core.types import RewardRequest, RewardResult, Trajectory
 from areal_core.workflows.builtin import lognormal_parameters
+
+if TYPE_CHECKING:
+    from areal_core.plan.workload import TrainedLengths
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,8 @@ class SimulatedTrainer:
     """TrainerBackend on the virtual clock: the phases take what `costs` says; weights are empty directories."""
 
     def __init__(self, costs: TrainingCosts, tokenizer: Any, config: TrainerConfig | None = None,
-                 version: int = 0, hardware: SharedHardware | None = None, trained_lengths: Any = None,
-                 ranks: int = 1) -> None:
+                 version: int = 0, hardware: SharedHardware | None = None,
+                 trained_lengths: TrainedLengths | None = None, ranks: int = 1) -> None:
         if ranks < 1:
             raise ValueError(f"the trainer's ranks must be >= 1, got {ranks}")
         self.costs, self.tokenizer, self.config, self.version = costs, tokenizer, config or TrainerConfig(), version
@@ -91,7 +94,6 @@ class SimulatedTrainer:
         # their prompts, which the simulated rewards do not know, so the trained sequences take the run's lengths
         self.trained_lengths = trained_lengths
         self.ranks = ranks   # data-parallel ranks: each runs its share of a minibatch's micro-batches
-        self.tokens_trained = 0
 
     def _work(self, seconds: float) -> None:
         if self.hardware is None:
@@ -128,8 +130,8 @@ class SimulatedTrainer:
         self._work(tokens * self.costs.update_token_s + sequences * self.costs.update_sequence_s
                    + microbatches * self.costs.update_microbatch_s + minibatches * self.costs.optimizer_step_s)
         self.version += 1
-        self.tokens_trained += tokens
-        return {"loss": 0.0}
+        # what a real step reports of its shape: the positions its micro-batches computed (per_position costs)
+        return {"loss": 0.0, **({"positions": tokens} if self.costs.per_position else {})}
 
     # -- WeightStreamingTrainer (rl/trainer.py): the bytes are the profile's; the engine charges their time -------
     def stage_weights(self, cap_bytes: int, changed_only: bool = False) -> list[Bucket]:
@@ -173,13 +175,15 @@ class SequenceShape:
     output_token_ids: list[int]
 
 
-def trained_like(trajectories: Sequence[Trajectory], lengths: Any) -> list[SequenceShape]:
-    """The trajectories with the lengths of a run's trained sequences (`lengths`, plan/workload.py's TrainedLengths),
-    by rank: the groups ordered by prompt length take the run's prompt lengths at their quantiles (one prompt a group,
-    its own tokens), the sequences ordered by response length the run's response lengths (ties in a fixed order by
-    id). The order of the simulated lengths, so answers to one prompt that ran alike stay alike; the spread of the
-    run's, so padding and packing are the run's."""
+def trained_like(trajectories: Sequence[Trajectory], lengths: TrainedLengths) -> list[SequenceShape]:
+    """The trajectories with the lengths of a run's trained sequences, by rank: the groups ordered by prompt length
+    take the run's prompt lengths at their quantiles (one prompt a group, its own tokens), the sequences ordered by
+    response length the run's response lengths (ties in a fixed order by id), none longer than the longest response
+    of these (a planned run with a lower max_new_tokens than the run's cuts them). The order of the simulated lengths,
+    so answers to one prompt that ran alike stay alike; the spread of the run's, so padding and packing are the run's.
+    Prompt and response lengths are matched apart: how the run's went together is not kept."""
     n = len(trajectories)
+    longest = max((len(t.output_token_ids) for t in trajectories), default=1)
     members: dict[str, list[int]] = {}
     for i, t in enumerate(trajectories):
         members.setdefault(t.group_id, []).append(i)
@@ -193,7 +197,7 @@ def trained_like(trajectories: Sequence[Trajectory], lengths: Any) -> list[Seque
                                              zlib.crc32(trajectories[i].trajectory_id.encode())))
     responses = [0] * n
     for rank, i in enumerate(ranked):
-        responses[i] = max(1, lengths.responses.draw((rank + 0.5) / n))
+        responses[i] = max(1, min(longest, lengths.responses.draw((rank + 0.5) / n)))
     return [SequenceShape(prompts[t.group_id], [0] * responses[i]) for i, t in enumerate(trajectories)]
 
 

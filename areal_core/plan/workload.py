@@ -35,7 +35,6 @@ from statistics import NormalDist
 from typing import Any, Iterable, Iterator, Protocol
 
 from areal_core.errors import ConfigError
-from areal_core.rl.rollout import skips_uniform_groups
 from areal_core.workflows.builtin import correlated_normal, group_key, lognormal_parameters, sampled_length
 
 TEXT_FIELDS = ("response", "completion", "output", "text")
@@ -66,7 +65,7 @@ class Histogram:
 
     @classmethod
     def of(cls, counts: Iterable[tuple[int, float]]) -> "Histogram":
-        merged: dict[int, int] = {}
+        merged: dict[int, float] = {}
         for tokens, count in counts:
             merged[tokens] = merged.get(tokens, 0) + count
         values = tuple(sorted(v for v in merged if merged[v] > 0))
@@ -160,7 +159,7 @@ class Workload:
     rewards: dict[str, float] | None = None      # a run's: its reward rate and share of uniform groups (run_rewards)
     prompt_share: float = 0.0                     # an empirical one's: how alike one prompt's answers run
     trained_share: float | None = None            # a run's: the share of its responses its step loop trained on
-    trained_lengths: "TrainedLengths | None" = None   # a run's: the lengths of the sequences its step loop trained
+    trained_lengths: TrainedLengths | None = None     # a run's: the lengths of the sequences its step loop trained
     _cumulative: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -377,6 +376,9 @@ def length_part(row: dict[str, Any], name: str, count_key: str, where: str) -> t
     return None
 
 
+POOLED_DRAWS = 256
+
+
 def pooled(parts: list[tuple[float, Distribution]]) -> Histogram:
     """Steps' lengths as one histogram, each step weighing its count: a histogram's lengths as they are, quantiles at
     up to POOLED_DRAWS evenly spaced probabilities (so that a long run pools in bounded time)."""
@@ -389,9 +391,6 @@ def pooled(parts: list[tuple[float, Distribution]]) -> Histogram:
             draws = max(1, min(POOLED_DRAWS, round(weight)))
             counts += [(part.draw((j + 0.5) / draws), weight / draws) for j in range(draws)]
     return Histogram.of(counts)
-
-
-POOLED_DRAWS = 256
 
 
 @dataclass(frozen=True)
@@ -454,6 +453,8 @@ def trained_lengths_of(lengths: Any, config: Any) -> TrainedLengths | None:
     """The lengths a simulated trainer gives the sequences it trains for `config` (a TrainConfig) on `lengths`: a
     run's workload's `trained_lengths` where the step loop skips uniform groups as that run's did (no KL term), else
     None (all of a batch is trained, its lengths as drawn; or the workload does not say)."""
+    from areal_core.rl.rollout import skips_uniform_groups   # (the rollout module brings torch; parsing needs none)
+
     trained = getattr(lengths, "trained_lengths", None)
     return trained if skips_uniform_groups(config) else None
 

@@ -188,10 +188,10 @@ class TrainingRun:
             "mixed_group_fraction": sum(not is_uniform(g) for g in groups) / len(groups),
             "trained_sequences": len(trained), "prompts": [int(g.group_id[1:]) for g in groups],
             # prompt + response tokens, of what was trained and of the batch: the groups that carry a gradient are
-            # not a random share of the batch (easy short prompts are the mixed ones), so `areal plan` takes both
+            # not a random share of the batch (easy short prompts are the mixed ones)
             "trained_tokens": sequence_tokens(trained), "batch_tokens": sequence_tokens(batch),
-            # and their lengths: `areal plan` trains sequences of these lengths (their padding and packing are not
-            # those of the batch's: in the CPU demo every trained answer is four tokens long)
+            # and the trained sequences' lengths: `areal plan` trains sequences of these (their padding and packing are
+            # not the batch's: in the CPU demo every trained answer is four tokens long)
             **length_distribution([len(t.prompt_token_ids) for t in trained], "trained_prompt_length"),
             **length_distribution([len(t.output_token_ids) for t in trained], "trained_response_length"),
             "batch_prompts_used": self.rollout.last_batch_prompts,  # > batch_size: dynamic sampling dropped some

@@ -215,6 +215,7 @@ def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_b
     from types import SimpleNamespace
 
     from areal_core.plan.measure import trained_share
+    from areal_core.plan.workload import Histogram, TrainedLengths
     from areal_core.rl.rollout import Group
     from areal_core.types import RewardResult, Trajectory
 
@@ -236,8 +237,20 @@ def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_b
     # all of it without the skip, or with a KL term (the loop trains on alike groups then)
     for changed in (TrainConfig(rollout=dataclasses.replace(config.rollout, skip_uniform_groups=False)),
                     TrainConfig(trainer=dataclasses.replace(config.trainer, kl_coef=0.1))):
-        assert ids(trained_share(groups, changed, SimpleNamespace(trained_share=0.5, trained_lengths=None))) \
+        shortest = TrainedLengths(Histogram.of([(1, 2)]), Histogram.of([(1, 2)]))   # (would pick the shortest)
+        assert ids(trained_share(groups, changed, SimpleNamespace(trained_share=0.5, trained_lengths=shortest))) \
             == ["g0", "g1", "g2", "g3"]
+
+
+def test_a_training_sample_is_the_median_step_with_its_own_shape():
+    from areal_core.plan.measure import median_step
+
+    steps = [{"proximal_s": p, "update_s": u, "positions": n} for p, u, n in
+             [(0.03, 0.09, 1758), (0.04, 0.12, 1828), (0.04, 0.13, 1800), (0.03, 0.10, 1870), (0.05, 0.10, 1700)]]
+    # totals 0.12, 0.16, 0.17, 0.13, 0.15: the median, with its positions
+    assert median_step(steps) == steps[4]
+    assert median_step(steps[:2]) == steps[0]   # of two, the faster (the lower median)
+    assert median_step(steps[2:3]) == steps[2]
 
 
 def test_the_profile_trains_the_groups_nearest_the_length_of_what_the_run_trained():
@@ -301,10 +314,10 @@ def test_areal_plan_profile_measures_this_machine_and_areal_plan_takes_the_profi
     run_batch = run_sample(timings["shared"])
     phases = timings["shared"]["training_alone_phases_s"]
     assert len(phases) == 2   # one per --repeats, each timed alone, with its step's positions and passes
-    fastest = min(phases, key=lambda phase: phase[0] + phase[1])
+    middle = sorted(phases, key=lambda phase: phase[0] + phase[1])[0]   # the lower median of two: the faster
     assert (run_batch["tokens"], run_batch["sequences"]) == (timings["shared"]["training_tokens"],
                                                              timings["shared"]["training_sequences"])
-    assert [run_batch[k] for k in ("proximal_s", "update_s", "positions", "microbatches")] == fastest
+    assert [run_batch[k] for k in ("proximal_s", "update_s", "positions", "microbatches")] == middle
     refit = fit_training([*timings["training_samples"], run_batch], TrainConfig(), shared_prompts=True)
     flags = ("per_position", "shared_prompts")
     assert {name: getattr(training, name) for name in flags} == {name: refit[name] for name in flags}

@@ -273,11 +273,18 @@ def test_a_runs_rewards_come_with_its_lengths_and_reproduce_its_share_of_uniform
     # areal plan trains sequences of those lengths, and says so
     six_four = [{**s, "trained_prompt_length_hist": [[6, s["trained_sequences"]]],
                  "trained_response_length_hist": [[4, s["trained_sequences"]]]} for s in steps]
-    six_four[0].pop("trained_response_length_hist")
-    six_four[0]["trained_response_length_quantiles"] = [[0.0, 2], [0.5, 4], [1.0, 6]]
     (bare / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in six_four))
     assert load_workload(bare).trained_lengths.prompts.values == (6,)
-    assert load_workload(bare).trained_lengths.responses.mean == pytest.approx(4.0, abs=0.01)
+    assert load_workload(bare).trained_lengths.responses.mean == pytest.approx(4.0)
+    # a step logged as quantiles (one of many lengths) weighs its trained sequences, as a histogram weighs its counts
+    ten = [dict(s) for s in six_four]
+    ten[0].pop("trained_response_length_hist")
+    ten[0]["trained_response_length_quantiles"] = [[0.0, 10], [0.5, 10], [1.0, 10]]
+    (bare / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in ten))
+    first = steps[0]["trained_sequences"]
+    assert load_workload(bare).trained_lengths.responses.mean == pytest.approx((10 * first + 4 * (sequences - first))
+                                                                               / sequences)
+    (bare / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in six_four))
     result = CliRunner().invoke(cli, ["plan", str(profile), "--gpus", "2", "--eta", "0", "--lengths", str(bare),
                                       "--output", str(tmp_path / "plan-bare"), "task=arithmetic", "steps=2",
                                       "rollout.batch_size=8", "rollout.group_size=4"])

@@ -132,6 +132,20 @@ def test_every_rank_runs_the_same_number_of_microbatches(runs):
     assert runs["local"]["metrics"][1]["rank_microbatches_max"] == 2
 
 
+def test_each_step_reports_the_positions_its_ranks_computed(runs, batches):
+    """Summed over the ranks, split and empty micro-batches included: what `areal plan` costs a step by."""
+    from areal_core.rl.trainer import step_shape
+
+    for version, (batch, local, fsdp) in enumerate(zip(batches, runs["local"]["metrics"], runs["fsdp"]["metrics"])):
+        for backend, metrics, ranks in (("local", local, 1), ("fsdp", fsdp, config("fsdp").fsdp_processes)):
+            share = config(backend).share_prompts
+            assert metrics["positions"] == step_shape(batch, config(backend), share, version, ranks)[0], (backend,
+                                                                                                        version)
+    # the three-sequence step on two ranks: its pair split (each padded to its own width), the lone one beside an
+    # empty micro-batch of two padding positions; not what one rank computes
+    assert runs["fsdp"]["metrics"][1]["positions"] != runs["local"]["metrics"][1]["positions"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=8), min_size=1, max_size=5), st.integers(1, 4))
 def test_rank_share_gives_every_rank_the_same_count_and_each_sequence_once(minibatch_shapes, ranks):
