@@ -331,7 +331,8 @@ def _whole(value: Any) -> bool:
 def from_run(metrics: Path, seed: int = 0) -> Workload:
     """The pooled response lengths of an `areal train` run's steps (its metrics.jsonl)."""
     parts: list[tuple[float, Distribution]] = []
-    for where, row in _rows(metrics):
+    rows = list(_rows(metrics))   # read once: the run's rewards, shares and trained lengths come from these rows too
+    for where, row in rows:
         if not isinstance(row, dict):
             raise ConfigError(f"lengths {where}: expected a step's metrics (a JSON object), got {row!r:.60}")
         turns = "turn_length_hist" in row or "turn_length_quantiles" in row   # a multi-turn run: a request is a turn
@@ -342,8 +343,8 @@ def from_run(metrics: Path, seed: int = 0) -> Workload:
         raise ConfigError(f"lengths {metrics}: no step logs response_length_hist or response_length_quantiles (a run "
                           f"made before they were logged, or no step ended); expected {SOURCES}")
     return Workload(source=str(metrics.parent), kind="run", parts=tuple(parts), seed=seed,
-                    rewards=run_rewards(metrics), prompt_share=run_prompt_share(metrics),
-                    trained_share=run_trained_share(metrics), trained_lengths=run_trained_lengths(metrics))
+                    rewards=run_rewards(metrics, rows), prompt_share=run_prompt_share(rows),
+                    trained_share=run_trained_share(rows), trained_lengths=run_trained_lengths(rows))
 
 
 def length_part(row: dict[str, Any], name: str, count_key: str, where: str) -> tuple[float, Distribution] | None:
@@ -413,11 +414,11 @@ class TrainedLengths:
                 f"{self.responses.mean:.1f} response tokens on average)")
 
 
-def run_trained_lengths(metrics: Path) -> TrainedLengths | None:
-    """A run's TrainedLengths, from its steps' trained_prompt_length_* and trained_response_length_* (rl/run.py);
-    None for a run that does not log them."""
+def run_trained_lengths(rows: list[tuple[str, Any]]) -> TrainedLengths | None:
+    """A run's TrainedLengths, from its steps' (metrics.jsonl's `_rows`) trained_prompt_length_* and
+    trained_response_length_* (rl/run.py); None for a run that does not log them."""
     prompts, responses = [], []
-    for where, row in _rows(metrics):
+    for where, row in rows:
         if not isinstance(row, dict):
             continue
         prompt = length_part(row, "trained_prompt_length", "trained_sequences", where)
@@ -428,21 +429,21 @@ def run_trained_lengths(metrics: Path) -> TrainedLengths | None:
     return TrainedLengths(pooled(prompts), pooled(responses)) if prompts else None
 
 
-def run_prompt_share(metrics: Path) -> float:
-    """How alike a run's answers to one prompt ran: its steps' response_length_prompt_share, weighted by their
-    responses (0 for a run that does not log it)."""
-    steps = [(row.get("responses", 1), row["response_length_prompt_share"]) for _, row in _rows(metrics)
+def run_prompt_share(rows: list[tuple[str, Any]]) -> float:
+    """How alike a run's answers to one prompt ran: its steps' (metrics.jsonl's `_rows`) response_length_prompt_share,
+    weighted by their responses (0 for a run that does not log it)."""
+    steps = [(row.get("responses", 1), row["response_length_prompt_share"]) for _, row in rows
              if isinstance(row, dict) and isinstance(row.get("response_length_prompt_share"), (int, float))
              and isinstance(row.get("responses", 1), (int, float))]
     weight = sum(w for w, _ in steps)
     return min(1.0, max(0.0, sum(w * v for w, v in steps) / weight)) if weight > 0 else 0.0
 
 
-def run_trained_share(metrics: Path) -> float | None:
-    """The share of a run's responses its step loop trained on (trained_sequences / responses over its steps: groups
-    that all scored alike are skipped, all of a batch is trained when none is mixed); None for a run that does not
-    log it."""
-    steps = [(row["responses"], row["trained_sequences"]) for _, row in _rows(metrics)
+def run_trained_share(rows: list[tuple[str, Any]]) -> float | None:
+    """The share of a run's responses its step loop trained on (trained_sequences / responses over its steps,
+    metrics.jsonl's `_rows`: groups that all scored alike are skipped, all of a batch is trained when none is mixed);
+    None for a run that does not log it."""
+    steps = [(row["responses"], row["trained_sequences"]) for _, row in rows
              if isinstance(row, dict) and isinstance(row.get("responses"), (int, float)) and row["responses"] > 0
              and isinstance(row.get("trained_sequences"), (int, float))]
     responses = sum(r for r, _ in steps)
@@ -459,17 +460,17 @@ def trained_lengths_of(lengths: Any, config: Any) -> TrainedLengths | None:
     return trained if skips_uniform_groups(config) else None
 
 
-def run_rewards(metrics: Path) -> dict[str, float] | None:
+def run_rewards(metrics: Path, rows: list[tuple[str, Any]]) -> dict[str, float] | None:
     """A run's rewards as the simulated reward model takes them (plan/trainer.py's RewardCosts): `correct_rate`, the
     mean reward, and `uniform_groups`, the share of groups that score alike whatever their size (the step loop
     skips them, so they set how much is trained). A mixed group is drawn response by response at the rate, so
-    uniform = 1 - mixed / P(a drawn group of the run's size is mixed). None when the run does not log them."""
+    uniform = 1 - mixed / P(a drawn group of the run's size is mixed). `rows`: its metrics.jsonl's (`_rows`), the
+    run's config.yaml beside it gives the group size. None when the run does not log them."""
     import statistics
 
     import yaml
 
-    rows = [row for _, row in _rows(metrics) if isinstance(row, dict)]
-    steps = [row for row in rows if isinstance(row.get("reward_mean"), (int, float))
+    steps = [row for _, row in rows if isinstance(row, dict) and isinstance(row.get("reward_mean"), (int, float))
              and isinstance(row.get("mixed_group_fraction"), (int, float))]
     config = metrics.parent / "config.yaml"
     try:
