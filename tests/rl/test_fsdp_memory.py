@@ -76,6 +76,7 @@ SCRIPT = textwrap.dedent("""
     backward_growth(0)                 # the first micro-batch: the sharded gradients appear
     growth = backward_growth(1)        # a later one accumulates into them
     print(json.dumps({"rank": dist.get_rank(), "growth": growth, "table_at_embedding_backward": seen}), flush=True)
+    dist.barrier()  # every rank done before one leaves: exiting with gloo's threads up can abort
     dist.destroy_process_group()
 """)
 
