@@ -8,14 +8,15 @@
    run's policy turns; metrics.jsonl, `areal plan --lengths RUN_DIR`), its reward rate and its share of uniform groups
    (which the step loop skips, so they set what is trained), the share of its responses it trained and their prompt
    and response lengths, and a tool run's calls (calls per episode, a call's seconds, a result's tokens) are the
-   workload its family's predictions take. Nothing else of a measured run goes in (no timing); the profiles (the
-   demo's config) serve both families.
-3. `areal plan profile --lengths RUN_DIR`, taken `--profiles` times spread over the measured runs (this machine's
-   speed drifts over minutes, and a profile is timed once where a configuration runs `--repeats` times), measures
-   this machine with the benches' config (the embedded model, the local engine and trainer in one process,
-   arithmetic-longtail): decode-step costs, trainer costs, how much generation and training slow each other on the
-   shared cores (on batches of the workload's lengths), reward latency. Each configuration is then predicted on each
-   profile (a simulated run of the real controller on its costs); its prediction is their mean.
+   workload its family's predictions take. Nothing else of a measured run goes in (no timing).
+3. `areal plan profile CONFIG --lengths RUN_DIR` of each family, taken `--profiles` times spread over the measured
+   runs (this machine's speed drifts over minutes, and a profile is timed once where a configuration runs `--repeats`
+   times), measures this machine with the family's config (the embedded model, the local engine and trainer in one
+   process; arithmetic-longtail, or the tool pair's calculator episodes, their calls and tools' seconds drawn from the
+   workload), as a user profiles for the run they plan: decode-step costs, trainer costs, what the rollout path costs
+   a request (a turn) beyond the engine, how much generation and training slow each other on the shared cores (on
+   batches of the workload's shape), reward latency. Each configuration is then predicted on each of its family's
+   profiles (a simulated run of the real controller on its costs); its prediction is their mean.
 
 Throughput is steady state in both: trajectories of steps skip+1..N over their seconds (the first steps pay for
 starting the reward workers and the first forward passes, which a profile does not describe). Goals (issue #23):
@@ -96,10 +97,10 @@ def predict(profile_path: Path, overrides: list[str], sync: bool, workload_run: 
     return training_runs.steady_throughput(simulated["metrics"], skip), simulated
 
 
-def profile_points(runs: int, profiles: int) -> list[int]:
+def profile_points(runs: int, profiles: int, earliest: int = 1) -> list[int]:
     """After how many of the sitting's `runs` each profile is taken: evenly spread between them, none before the
-    first (it profiles on the first sync run's lengths)."""
-    return [max(1, min(runs, round((k + 1) * runs / (profiles + 1)))) for k in range(profiles)]
+    `earliest` (the profiles take each family's first sync run's lengths)."""
+    return [max(earliest, min(runs, round((k + 1) * runs / (profiles + 1)))) for k in range(profiles)]
 
 
 def main() -> None:
@@ -137,14 +138,15 @@ def main() -> None:
                 measured[name].append(training_runs.steady_throughput(metrics, args.skip))
                 workload_runs.setdefault(family(name), run_dir)   # a family's first (sync) run: its workload
 
-        def take_profile(index: int) -> Path:
-            # the profile's batches through the rollout path get the workload's lengths, as a user profiles for the
-            # run they plan (how much engine and trainer slow each other on these cores depends on them)
-            profile = out / f"profile{index}.yaml"
-            overrides, _ = runs["sync"]
+        def take_profile(index: int, family_name: str) -> Path:
+            # the profile's batches through the rollout path get the workload's lengths (and a tool run's calls), as
+            # a user profiles for the run they plan (how much engine and trainer slow each other on these cores, and
+            # what a turn costs the path, depend on them)
+            profile = out / f"profile-{family_name}{index}.yaml"
+            overrides, _ = runs["sync" if family_name == "demo" else "tools-sync"]
             profile_args = [a for a in overrides
                             if not a.startswith(("steps=", "keep_policy_every=", "checkpoint_every="))]
-            workload_run = workload_runs["demo"]
+            workload_run = workload_runs[family_name]
             print(f"$ areal plan profile {' '.join(profile_args)} --lengths {workload_run}", flush=True)
             result = subprocess.run([areal, "plan", "profile", *profile_args, "--output", str(profile),
                                      "--repeats", str(args.profile_repeats), "--lengths", str(workload_run)],
@@ -155,20 +157,25 @@ def main() -> None:
             return profile
 
         # The profiles spread over the measured runs, as the runs are (this machine's speed drifts by up to ~1.7x
-        # over minutes: one profile taken in a fast minute read every prediction 20-30% high, val18). Each profile
-        # needs the workload, so none comes before the first run (the demo's sync run).
-        done, profiles = 0, []
-        for point in profile_points(len(order), args.profiles):
+        # over minutes: one profile taken in a fast minute read every prediction 20-30% high, val18). Each needs its
+        # family's workload, so none comes before both families' first sync runs.
+        families = sorted({family(name) for name in runs})
+        earliest = 1 + max(next(k for k, (_, name) in enumerate(order) if family(name) == f and runs[name][1])
+                           for f in families)
+        done, profiles = 0, {f: [] for f in families}
+        for point in profile_points(len(order), args.profiles, earliest):
             measure(order[done:point])
             done = point
-            profiles.append(take_profile(len(profiles)))
+            for f in families:
+                profiles[f].append(take_profile(len(profiles[f]), f))
         measure(order[done:])
 
         # each configuration predicted on every profile; the prediction is their mean, as the measurement is the runs'
         predictions: dict[str, list[float]] = {}
         for name, (overrides, sync) in runs.items():
             predictions[name] = [predict(profile, overrides, sync, workload_runs[family(name)], args.skip,
-                                         out / "predicted" / f"{name}-{profile.stem}")[0] for profile in profiles]
+                                         out / "predicted" / f"{name}-{profile.stem}")[0]
+                                 for profile in profiles[family(name)]]
             print(f"predicted {name}: " + ", ".join(f"{value:.1f}" for value in predictions[name])
                   + " trajectories/s (one per profile)", flush=True)
         predicted = {name: statistics.fmean(values) for name, values in predictions.items()}

@@ -45,8 +45,13 @@ def plan_command() -> None:
               help="Response lengths for the batches timed through the rollout path (a request's cost, the shared "
                    "hardware), as `areal plan --lengths` takes them: the run you plan, since how much engine and "
                    "trainer slow each other on one machine depends on them (default: as long as the model writes).")
+@click.option("--tools", "tools_source", metavar="RUN_DIR|calls=N,seconds=S[,p99=S][,result_tokens=N]", default=None,
+              help="A tool-using workflow's calls, as `areal plan --tools` takes them: the profile's episodes call "
+                   "tools as often as it says and each call takes its drawn seconds, so that what the rollout path "
+                   "costs a turn is measured apart from what the tools take (default: the --lengths run's, when it "
+                   "made calls).")
 def profile_command(args: tuple[str, ...], output: Path, name: str | None, repeats: int,
-                    lengths_source: str | None) -> None:
+                    lengths_source: str | None, tools_source: str | None) -> None:
     """Measure a cost profile on this machine with the real engine, trainer and reward service of a run's config
     (as `areal train` takes it; default: the embedded model, the local engine and trainer, the arithmetic task)."""
     import asyncio
@@ -55,6 +60,7 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
     from areal_core.config import load_config
     from areal_core.engine.model import load_tokenizer
     from areal_core.plan.measure import measure_profile
+    from areal_core.plan.tools import load_tool_use
     from areal_core.plan.workload import load_workload
     from areal_core.rl.commands import config_arguments
     from areal_core.rl.config import TrainConfig
@@ -64,7 +70,8 @@ def profile_command(args: tuple[str, ...], output: Path, name: str | None, repea
     config = load_config(TrainConfig, path, overrides)
     lengths = None if lengths_source is None else load_workload(lengths_source,
                                                                 load_tokenizer(resolve_model(config.model)))
-    profile, timings = asyncio.run(measure_profile(config, name, repeats, lengths))
+    tools = load_tool_use(tools_source) if tools_source is not None else None
+    profile, timings = asyncio.run(measure_profile(config, name, repeats, lengths, tools))
     output.parent.mkdir(parents=True, exist_ok=True)
     profile.save(output)
     output.with_suffix(".timings.json").write_text(json.dumps(timings, indent=2))

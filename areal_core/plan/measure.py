@@ -266,57 +266,166 @@ def fit_training(samples: list[dict[str, Any]], config: TrainConfig, shared_prom
 
 class LengthPinnedEngine:
     """The engine, with each response as long as `lengths` draws it for the request (EOS ignored, the request's
-    max_new_tokens still the limit): the rollout path runs unchanged on the lengths of the run being planned."""
+    max_new_tokens still the limit): the rollout path runs unchanged on the lengths of the run being planned. With
+    `calls` (a tool-using workflow: plan/tools.py's CallWriter), a turn it names a call for ends with that call's ids,
+    as the simulated engine ends it (plan/engine.py): the engine writes the rest of the turn (at least a token; no stop
+    string cuts it short), the call's ids follow with log-prob 0, and the turn finishes "stop". So the profile's
+    episodes call tools as the planned run's did, whatever the profiled model writes."""
 
-    def __init__(self, engine: Any, lengths: Any) -> None:
-        self.engine, self.lengths = engine, lengths
+    def __init__(self, engine: Any, lengths: Any, calls: Any = None, tokenizer: Any = None) -> None:
+        self.engine, self.lengths, self.calls, self.tokenizer = engine, lengths, calls, tokenizer
 
     async def generate(self, request: GenerateRequest) -> Any:
         sampling = request.sampling_params
-        length = max(1, self.lengths(request.rid, len(request.input_ids), sampling.max_new_tokens))
-        pinned = dataclasses.replace(sampling, max_new_tokens=min(length, sampling.max_new_tokens), ignore_eos=True)
-        return await self.engine.generate(dataclasses.replace(request, sampling_params=pinned))
+        limit = sampling.max_new_tokens
+        call = self.calls(request) if self.calls is not None else None
+        if call is not None and len(call) > limit:
+            call = None
+        if self.lengths is None and call is None:
+            return await self.engine.generate(request)
+        if self.lengths is None:   # as long as the model writes, less the call
+            pinned = dataclasses.replace(sampling, max_new_tokens=max(1, limit - len(call)), stop=())
+        else:
+            length = max(1, min(limit, self.lengths(request.rid, len(request.input_ids), limit)))
+            if call is None:
+                pinned = dataclasses.replace(sampling, max_new_tokens=length, ignore_eos=True)
+            else:   # the turn as long as drawn, its call whole: what comes before it
+                pinned = dataclasses.replace(sampling, max_new_tokens=max(1, max(length, len(call)) - len(call)),
+                                             ignore_eos=True, stop=())
+        output = await self.engine.generate(dataclasses.replace(request, sampling_params=pinned))
+        if call is None or output.finish_reason == "abort":
+            return output
+        ids = [*output.output_ids, *call]
+        version = output.output_versions[-1] if output.output_versions else 0
+        return dataclasses.replace(
+            output, output_ids=ids, output_logprobs=[*output.output_logprobs, *[0.0] * len(call)],
+            output_versions=[*output.output_versions, *[version] * len(call)], finish_reason="stop",
+            text=self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else output.text)
 
     def __getattr__(self, name: str) -> Any:   # pause, resume, model_info, ...: the engine's own
         return getattr(self.engine, name)
+
+
+def tool_model(config: TrainConfig, lengths: Any = None, tools: Any = None) -> tuple[Any, Any]:
+    """(the run's workflow, the tool model its profile's episodes call tools by: `tools`, else the `lengths` run's;
+    None for a workflow that calls none). A tool-using workflow without one, or `tools` for a workflow that calls
+    none, is refused (ConfigError)."""
+    from areal_core.errors import ConfigError
+    from areal_core.plan.tools import TOOL_SOURCES, tools_of
+    from areal_core.tasks import get_task
+    from areal_core.workflows import choose_workflow
+
+    task = get_task(config.task, config.data_dir)
+    workflow = choose_workflow(task, config.rollout.workflow_options, config.rollout.workflow)
+    if not workflow.spec.uses_tools:
+        if tools is not None:
+            raise ConfigError(f"a tool model was given, but workflow {workflow.name!r} of task {task.name!r} calls no "
+                              "tools: set rollout.workflow (e.g. tool_calls), or leave --tools out")
+        return workflow, None
+    use = tools or tools_of(lengths)
+    if use is None:
+        raise ConfigError(f"workflow {workflow.name!r} calls tools: a profile of it needs the calls and the tools' "
+                          f"seconds of the run planned, `areal plan profile --tools` {TOOL_SOURCES} (or --lengths of "
+                          "a run that called tools), so that what the rollout path costs a turn is measured apart "
+                          "from what the tools take")
+    return workflow, use
 
 
 class _Batches:
     """Batches of the run through its real rollout path: the rollout controller (max staleness 0, so one batch
     and no more), the task's workflow, the engine (responses as long as `lengths` draws them, when given) and the
     reward service; and the same requests sent to the engine alone (the same prompt tokens, each as long as its
-    response was), for what the path costs a request beyond."""
+    response was), for what the path costs a request beyond.
 
-    def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None) -> None:
+    A tool-using workflow runs as it is, its calls and tools as `tools` (plan/tools.py's ToolUse; default: the
+    `lengths` run's) say: each turn the tool model names a call for ends with it, and the tools answer after their
+    drawn seconds (SimulatedTools, on the real clock here), so that the episodes have the planned run's shape (its
+    turns, the tools' waits between them) and what the path costs a turn is told from what the tools take (those are
+    the workload's, not the profile's)."""
+
+    def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None,
+                 tools: Any = None) -> None:
+        from areal_core.plan.tools import CallWriter
         from areal_core.tasks import get_task
 
         self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
         self.lengths = lengths
-        self.rollout_engine = engine if lengths is None else LengthPinnedEngine(engine, lengths)
         self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
+        workflow, self.tool_use = tool_model(config, lengths, tools)
+        self.calls, self.tool_names, self.workflow_options = None, list(workflow.tools), workflow.options
+        if self.tool_use is not None:
+            self.calls = CallWriter(self.tool_use, workflow.options.get("call_format", "xml"), self.tool_names,
+                                    tokenizer)
+        self.rollout_engine = engine if lengths is None and self.calls is None else \
+            LengthPinnedEngine(engine, lengths, self.calls, tokenizer)
         self.last_trajectories: list[Trajectory] = []   # of the latest batch through the controller
 
-    async def through_controller(self) -> tuple[float, list[Group]]:
+    def simulated_tools(self, tool_use: Any = None) -> dict[str, Any] | None:
+        """The workflow's tools as the tool model draws them (plan/tools.py's SimulatedTools), fresh: an episode's
+        k-th call takes the same seconds in every batch."""
+        from areal_core.plan.tools import SimulatedTools, result_overhead
+
+        if self.tool_use is None:
+            return None
+        overhead = result_overhead(self.tokenizer, self.workflow_options,
+                                   self.task.spec.prompt.messages is not None)
+        return SimulatedTools(tool_use or self.tool_use, self.tool_names, self.tokenizer, overhead).specs
+
+    async def through_controller(self, engine: Any = None, rewards: Any = None, tool_use: Any = None
+                                 ) -> tuple[float, list[Group]]:
+        """One batch through the controller: on the run's engine and reward service (its trajectories kept), or on
+        `engine` and `rewards` (the cost model's, on the virtual clock: `modelled_seconds`)."""
         from areal_core.rl.rollout import RolloutController
 
         # the first batch each time: at policy version 0 and max staleness 0 the controller admits that one only
-        controller = RolloutController(self.task, self.rollout_engine, self.rewards, self.tokenizer, self.rollout,
+        controller = RolloutController(self.task, self.rollout_engine if engine is None else engine,
+                                       self.rewards if rewards is None else rewards, self.tokenizer, self.rollout,
                                        reward_options=self.config.reward_options)
-        started = time.perf_counter()
+        tools = self.simulated_tools(tool_use)
+        if tools is not None:
+            controller.use_tools(tools)
+        clock = asyncio.get_running_loop()
+        started = clock.time()
         controller.start()
         try:
             groups = await controller.next_batch()
-            seconds = time.perf_counter() - started
+            seconds = clock.time() - started
         finally:
             await controller.stop()
-        self.last_trajectories = [t for g in groups for t in g.trajectories]
+        if engine is None:
+            self.last_trajectories = [t for g in groups for t in g.trajectories]
         return seconds, groups
 
     async def engine_alone(self, trajectories: list[Trajectory]) -> float:
         started = time.perf_counter()
         await asyncio.gather(*(self.engine.generate(r) for r in replayed_requests(trajectories, "alone")))
         return time.perf_counter() - started
+
+    def modelled_seconds(self, costs: GenerationCosts, trajectories: list[Trajectory], waits: bool = True) -> float:
+        """Seconds the cost model's engine (one simulated server, no request cost) takes for this batch: its requests
+        sent at once (modelled_engine_seconds); a tool-using workflow's episodes through the controller on the virtual
+        clock, the same turns calling the same tools, which take their drawn seconds (none with `waits` False)."""
+        if self.tool_use is None:
+            return modelled_engine_seconds(costs, trajectories)
+        from areal_core.plan.clock import run_virtual
+        from areal_core.plan.engine import SimulatedEngine
+        from areal_core.plan.trainer import SimulatedRewards
+        from areal_core.rewards import RewardService
+
+        tool_use = self.tool_use if waits else dataclasses.replace(self.tool_use, seconds=(), fixed_seconds=0.0)
+
+        async def batch() -> float:
+            engine = SimulatedEngine(1, dataclasses.replace(costs, request_s=0.0), self.lengths,
+                                     calls=self.calls).start()
+            try:
+                async with RewardService(self.config.reward, backend=SimulatedRewards(RewardCosts())) as rewards:
+                    seconds, _ = await self.through_controller(engine, rewards, tool_use)
+                    return seconds
+            finally:
+                await engine.close()
+
+        return run_virtual(batch())
 
 
 def replayed_requests(trajectories: list[Trajectory], tag: str) -> list[GenerateRequest]:
@@ -346,7 +455,11 @@ def modelled_engine_seconds(costs: GenerationCosts, trajectories: list[Trajector
 
 async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: int = REPEATS) -> dict[str, Any]:
     """Batches through the run's rollout path (after a warm-up batch), the same requests on the engine alone (for the
-    record) and on the cost model's engine: what `request_cost` takes."""
+    record) and on the cost model's engine: what `request_cost` takes. `requests` counts the engine's requests (a
+    tool-using episode's every turn is one); with tools, `tool_waits_s` is what the modelled batch spent waiting on
+    them alone (its seconds less those of the same batch with instant tools), which the trainer does not slow."""
+    from areal_core.rl.run import turn_lengths
+
     await batches.through_controller()   # the reward workers start, the prompts' first tokenizations
     controller, alone, trajectories = [], [], []
     for _ in range(repeats):
@@ -354,10 +467,14 @@ async def measure_requests(batches: _Batches, costs: GenerationCosts, repeats: i
         trajectories = [t for g in groups for t in g.trajectories]
         controller.append(seconds)
         alone.append(await batches.engine_alone(trajectories))
-    requests = len(trajectories)
     # in a thread: the virtual clock's loop cannot run inside this one
-    modelled = await asyncio.to_thread(modelled_engine_seconds, costs, trajectories)
-    return {"requests": requests, "controller_s": controller, "engine_alone_s": alone, "engine_modelled_s": modelled}
+    modelled = await asyncio.to_thread(batches.modelled_seconds, costs, trajectories)
+    timings = {"requests": len(turn_lengths(trajectories)), "controller_s": controller, "engine_alone_s": alone,
+               "engine_modelled_s": modelled}
+    if batches.tool_use is not None:
+        instant = await asyncio.to_thread(batches.modelled_seconds, costs, trajectories, False)
+        timings["tool_waits_s"] = max(0.0, modelled - instant)
+    return timings
 
 
 def request_cost(timings: dict[str, Any], more_batches: list[float]) -> float:
@@ -485,8 +602,8 @@ async def measure_sharing(batches: _Batches, trainer: Any, config: TrainConfig, 
                        "response_tokens_mean": statistics.fmean(len(t.output_token_ids) for t in run_batch)}
 
 
-def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: float, modelled_engine_s: float
-                              ) -> dict[str, float]:
+def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: float, modelled_engine_s: float,
+                              waits_s: float = 0.0) -> dict[str, float]:
     """How much the trainer slows decode steps and the rest of the rollout path, apart. A batch through the path slows
     `path_ratio` times beside training, its requests on the engine alone `engine_ratio` times: the decode steps'
     slowdown (each ratio of timings taken in turn, so that the machine's drift falls on both sides). A simulated batch
@@ -494,7 +611,13 @@ def split_generation_slowdown(path_ratio: float, engine_ratio: float, batch_s: f
     request's work (rendering, tokenizing, scoring: Python that waits for the interpreter lock the trainer's thread
     holds), which slows by what is left, so that the simulated batch slows as the measured one did. When one of the two
     would read a speed-up it is 1 and the other takes the rest; when the work beyond the engine is too small to
-    measure apart (a sixth of the batch or less), both are the path's ratio (a path ratio under 1 reads 1)."""
+    measure apart (a sixth of the batch or less), both are the path's ratio (a path ratio under 1 reads 1). `waits_s`
+    of the modelled batch are a tool-using workflow's waits on its tools, which nothing slows: taken out of both sides
+    first."""
+    if waits_s > 0:
+        waits_s = min(waits_s, modelled_engine_s, batch_s)
+        batch_s, modelled_engine_s = batch_s - waits_s, modelled_engine_s - waits_s
+        path_ratio = (path_ratio * (batch_s + waits_s) - waits_s) / batch_s if batch_s > 0 else 1.0
     path = max(1.0, path_ratio)
     beyond = batch_s - modelled_engine_s
     if beyond <= batch_s / 6:
@@ -514,7 +637,7 @@ def shared_generation(requests: dict[str, Any], shared: dict[str, Any]) -> dict[
     return split_generation_slowdown(ratio("generation_alongside_training_s", "generation_alone_s"),
                                      ratio("engine_alongside_training_s", "engine_alone_s"),
                                      batch_seconds(requests, shared["generation_alone_s"]),
-                                     requests["engine_modelled_s"])
+                                     requests["engine_modelled_s"], requests.get("tool_waits_s", 0.0))
 
 
 def median_step(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -569,16 +692,18 @@ async def measure_rewards(config: TrainConfig, service: Any, requests: int = 32,
 
 
 async def measure_profile(config: TrainConfig, name: str | None = None, repeats: int = REPEATS,
-                          lengths: Any = None) -> tuple[Profile, dict[str, Any]]:
+                          lengths: Any = None, tools: Any = None) -> tuple[Profile, dict[str, Any]]:
     """This machine's profile for `config`'s model, engine, trainer and reward (the batch-level timings taken
     `repeats` times each, their responses as long as `lengths` draws them when given: plan/workload.py's
-    Workload); and the raw timings."""
+    Workload; a tool-using workflow's calls and tools' seconds as `tools` draws them, default the `lengths` run's:
+    plan/tools.py's ToolUse); and the raw timings."""
     from areal_core.engine import EngineTarget, start_engines
     from areal_core.engine.model import load_tokenizer
     from areal_core.rewards import RewardService
     from areal_core.rl.model_cache import resolve_model
     from areal_core.rl.trainer import create_trainer
 
+    _, tool_use = tool_model(config, lengths, tools)   # refused before minutes of timings
     if config.engine.torch_threads:   # as areal train sets up its process
         torch.set_num_threads(config.engine.torch_threads)
     model_dir = resolve_model(config.model)
@@ -601,7 +726,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                     generation.update(streamed_generation)
                     training.update(streamed_training)
                     async with RewardService(config.reward) as service:
-                        batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths)
+                        batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths, tools)
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
@@ -615,7 +740,8 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
     where = (f"measured by areal plan profile on {time.strftime('%Y-%m-%d')}, {platform.machine()} "
              f"{platform.processor() or platform.node()}, torch {torch.__version__} with {torch.get_num_threads()} "
              f"threads, model {config.model.path}, task {config.task}"
-             + (f", response lengths {lengths.source}" if lengths is not None else ""))
+             + (f", response lengths {lengths.source}" if lengths is not None else "")
+             + (f", tool calls as in {tool_use.source}" if tool_use is not None else ""))
     sources = {f"{part}.{key}": where for part, values in (("generation", generation), ("training", training),
                                                            ("rewards", rewards), ("shared", shared)) for key in values}
     profile = Profile(name or f"{Path(str(config.model.path)).name}-{platform.node()}", GenerationCosts(**generation),

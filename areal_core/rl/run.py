@@ -367,14 +367,19 @@ def length_distribution(lengths: list[int], name: str = "response_length") -> di
 TOOL_SECONDS_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 
 
+def turn_lengths(batch: list[Trajectory]) -> list[int]:
+    """The tokens of each policy generation (a request to the engine) of these trajectories, in order."""
+    turns = [turn["end"] - turn["start"] for t in batch for turn in t.turns if turn["role"] == "assistant"]
+    return turns + [len(t.output_token_ids) for t in batch if not t.turns]   # one generation, nothing appended
+
+
 def tool_use(batch: list[Trajectory], episodes: list[dict[str, Any]]) -> dict[str, Any]:
     """A multi-turn step's turns and tool calls in metrics.jsonl, what `areal plan --lengths RUN_DIR` simulates a tool
     workflow from: `turn_length_hist` or `turn_length_quantiles` (the policy's generations, each a request to the
     engine) with `turns` (their count), `tool_calls_hist` ([[calls, episodes], ...]), and when tools ran,
     `tool_seconds_mean`, `tool_seconds_quantiles` ([[p, seconds], ...] per call) and `tool_result_tokens_mean` (the
     tokens a result adds, its wrapper included)."""
-    turns = [turn["end"] - turn["start"] for t in batch for turn in t.turns if turn["role"] == "assistant"]
-    turns += [len(t.output_token_ids) for t in batch if not t.turns]   # one generation, nothing appended
+    turns = turn_lengths(batch)
     out: dict[str, Any] = length_distribution(turns, "turn_length")
     out["turns"] = len(turns)
     out["tool_calls_hist"] = [[calls, count] for calls, count in

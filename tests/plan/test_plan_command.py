@@ -211,6 +211,20 @@ def test_decode_steps_and_a_requests_work_slow_apart_beside_the_trainer():
         {"generation_slowdown": 1.0, "request_slowdown": 1.0})
 
 
+def test_a_tool_using_batchs_waits_on_its_tools_slow_neither_part():
+    """A tool-using batch through the path: 0.85 s alone, of which 0.5 s the cost model's batch spends waiting on its
+    tools (nothing slows a tool's seconds), 0.2 s decode steps and 0.15 s a request's work. Beside training the
+    decode steps slow 1.2x (the engine alone) and the batch takes 0.5 + 0.2 * 1.2 + 0.15 * r: the split finds r, as for
+    the same batch with instant tools; counted into the slowed part, the waits would read r at 1.13."""
+    waits, decode, beyond, r = 0.5, 0.2, 0.15, 1.8
+    shared = waits + decode * 1.2 + beyond * r
+    split = split_generation_slowdown(shared / 0.85, 1.2, 0.85, waits + decode, waits)
+    assert split == pytest.approx(split_generation_slowdown((shared - waits) / 0.35, 1.2, 0.35, decode))
+    assert split == pytest.approx({"generation_slowdown": 1.2, "request_slowdown": r})
+    counted = split_generation_slowdown(shared / 0.85, 1.2, 0.85, waits + decode)
+    assert counted["request_slowdown"] == pytest.approx(1.1333, abs=1e-4)
+
+
 def test_the_profile_trains_beside_generation_on_what_the_run_would_train_of_a_batch():
     from types import SimpleNamespace
 

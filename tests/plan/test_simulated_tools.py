@@ -14,6 +14,7 @@ import yaml
 from areal_core.engine.model import build_char_tokenizer
 from areal_core.engine.protocol import GenerateRequest, SamplingParams
 from areal_core.errors import ConfigError
+from areal_core.plan.profile import load_profile
 from areal_core.plan.tools import CallWriter, ToolUse, load_tool_use, poisson, tools_of
 from areal_core.plan.workload import Histogram, load_workload
 from tests.conftest import run_areal
@@ -227,3 +228,68 @@ def test_a_real_tool_using_run_logs_its_calls_and_areal_plan_simulates_them_from
                     .read_text().splitlines()][-1:]
     assert simulated["tool_calls_hist"] == [[2, 16]]
     assert 0.0 < simulated["tool_seconds_mean"] < 2.0
+
+
+def test_a_profiled_turn_the_tool_model_names_a_call_for_ends_with_that_call_on_the_real_engine():
+    """`areal plan profile` of a tool-using run: the real engine writes each turn as long as the workload draws it,
+    and a turn that the tool model has a call for ends with that call's ids (what the simulated engine writes), so the
+    workflow reads a call whatever the profiled model wrote; the episode's later turns, past its calls, and a request
+    that does not stop on the call format, end as drawn."""
+    from areal_core.engine.local import LocalEngine
+    from areal_core.engine.model import load_tokenizer
+    from areal_core.plan.measure import LengthPinnedEngine
+    from areal_core.rl.config import TrainConfig
+    from areal_core.rl.model_cache import resolve_model
+    from areal_core.workflows.episode import decode_response
+    from areal_core.workflows.tools import ToolCall, call_format
+
+    model = resolve_model(TrainConfig().model)
+    tokenizer = load_tokenizer(model)
+    calls = CallWriter(fixed(1, 0.0), "xml", ["calculator"], tokenizer)
+    call = calls.calls[0]
+    turn = SamplingParams(max_new_tokens=60, stop=tuple(calls.stop))
+
+    async def main():
+        async with LocalEngine(model, torch_threads=1) as engine:
+            pinned = LengthPinnedEngine(engine, lambda rid, prompt, most: 50, calls, tokenizer)
+            return await asyncio.gather(
+                pinned.generate(GenerateRequest([5, 6, 7], turn, rid="episode-0")),
+                pinned.generate(GenerateRequest([5, 6, 7], turn, rid="episode-0.t1")),   # its one call made
+                pinned.generate(GenerateRequest([5, 6, 7], SamplingParams(max_new_tokens=60), rid="episode-1")))
+
+    first, later, plain = asyncio.run(main())
+    assert len(call) < 50 and len(first.output_ids) == 50 and first.output_ids[-len(call):] == call
+    assert first.finish_reason == "stop"
+    assert first.output_logprobs[-len(call):] == [0.0] * len(call) and min(first.output_logprobs[:-len(call)]) < 0
+    assert len(first.output_versions) == 50
+    found = call_format("xml", "call_format").find(decode_response(tokenizer, first.output_ids))
+    assert isinstance(found, ToolCall) and found.name == "calculator"
+    for output in (later, plain):
+        assert len(output.output_ids) == 50 and output.finish_reason == "length"
+        assert output.output_ids[-len(call):] != call
+
+
+def test_areal_plan_profile_of_a_tool_using_run_charges_a_turn_the_path_and_not_the_tools_waits(areal, tmp_path):
+    """The calculator's episodes through the real rollout path, their calls drawn by --tools (two an episode on
+    average, at most the task's two; 0.3 s each): a request is a turn (up to three an episode), and what the path
+    costs one beyond the engine is told from the tools' waits, which the cost model's batch (the same episodes through
+    the controller on the virtual clock) waits too. Were the waits charged to the path, a turn would cost about a
+    tenth of a second."""
+    overrides = ["task=calculator", "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=36"]
+    result = areal("plan", "profile", *overrides, "--tools", "calls=2,seconds=0.3,result_tokens=20", "--repeats", "2",
+                   "--output", str(tmp_path / "tools.yaml"), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    timings = json.loads((tmp_path / "tools.timings.json").read_text())
+    assert 16 < timings["requests"]["requests"] <= 3 * 16
+    assert timings["requests"]["tool_waits_s"] >= 2 * 0.3 - 1e-6   # an episode's two calls in turn, in the slowest
+    assert all(seconds > 0.6 for seconds in timings["requests"]["controller_s"])   # the real path waited as long
+    profile = load_profile(tmp_path / "tools.yaml")
+    assert 0 <= profile.generation.request_s < 0.3 / 10
+    assert all("tool calls as in parameters" in source for source in profile.sources.values())
+    # a tool-using run without a tool model, or a tool model for a run that calls none: refused before any timing
+    refused = areal("plan", "profile", *overrides, "--output", str(tmp_path / "no.yaml"))
+    assert refused.returncode != 0 and "workflow 'tool_calls' calls tools" in refused.stderr
+    assert "--tools" in refused.stderr and not (tmp_path / "no.yaml").exists()
+    refused = areal("plan", "profile", "task=arithmetic", "--tools", "calls=1,seconds=1",
+                    "--output", str(tmp_path / "no.yaml"))
+    assert refused.returncode != 0 and "calls no tools" in refused.stderr
