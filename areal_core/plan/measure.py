@@ -306,8 +306,8 @@ class LengthPinnedEngine:
         return getattr(self.engine, name)
 
 
-def tool_model(config: TrainConfig, lengths: Any = None, tools: Any = None) -> tuple[Any, Any]:
-    """(the run's workflow, the tool model its profile's episodes call tools by: `tools`, else the `lengths` run's;
+def tool_model(config: TrainConfig, lengths: Any = None, tools: Any = None) -> tuple[Any, Any, Any]:
+    """(the run's task, its workflow, the tool model its profile's episodes call tools by: `tools`, else the `lengths` run's;
     None for a workflow that calls none). A tool-using workflow without one, or `tools` for a workflow that calls
     none, is refused (ConfigError)."""
     from areal_core.errors import ConfigError
@@ -321,14 +321,14 @@ def tool_model(config: TrainConfig, lengths: Any = None, tools: Any = None) -> t
         if tools is not None:
             raise ConfigError(f"a tool model was given, but workflow {workflow.name!r} of task {task.name!r} calls no "
                               "tools: set rollout.workflow (e.g. tool_calls), or leave --tools out")
-        return workflow, None
+        return task, workflow, None
     use = tools or tools_of(lengths)
     if use is None:
         raise ConfigError(f"workflow {workflow.name!r} calls tools: a profile of it needs the calls and the tools' "
                           f"seconds of the run planned, `areal plan profile --tools` {TOOL_SOURCES} (or --lengths of "
                           "a run that called tools), so that what the rollout path costs a turn is measured apart "
                           "from what the tools take")
-    return workflow, use
+    return task, workflow, use
 
 
 class _Batches:
@@ -345,18 +345,18 @@ class _Batches:
 
     def __init__(self, engine: Any, tokenizer: Any, rewards: Any, config: TrainConfig, lengths: Any = None,
                  tools: Any = None) -> None:
-        from areal_core.plan.tools import CallWriter
-        from areal_core.tasks import get_task
+        from areal_core.plan.tools import CallWriter, result_overhead
 
         self.engine, self.tokenizer, self.rewards, self.config = engine, tokenizer, rewards, config
         self.lengths = lengths
-        self.task = get_task(config.task, config.data_dir)
         self.rollout = dataclasses.replace(config.rollout, max_staleness=0, dynamic_sampling=False)
-        workflow, self.tool_use = tool_model(config, lengths, tools)
-        self.calls, self.tool_names, self.workflow_options = None, list(workflow.tools), workflow.options
+        self.task, workflow, self.tool_use = tool_model(config, lengths, tools)
+        self.calls, self.tool_names, self.result_overhead = None, list(workflow.tools), 0
         if self.tool_use is not None:
             self.calls = CallWriter(self.tool_use, workflow.options.get("call_format", "xml"), self.tool_names,
                                     tokenizer)
+            self.result_overhead = result_overhead(tokenizer, workflow.options,
+                                                   self.task.spec.prompt.messages is not None)
         self.rollout_engine = engine if lengths is None and self.calls is None else \
             LengthPinnedEngine(engine, lengths, self.calls, tokenizer)
         self.last_trajectories: list[Trajectory] = []   # of the latest batch through the controller
@@ -364,13 +364,11 @@ class _Batches:
     def simulated_tools(self, tool_use: Any = None) -> dict[str, Any] | None:
         """The workflow's tools as the tool model draws them (plan/tools.py's SimulatedTools), fresh: an episode's
         k-th call takes the same seconds in every batch."""
-        from areal_core.plan.tools import SimulatedTools, result_overhead
+        from areal_core.plan.tools import SimulatedTools
 
         if self.tool_use is None:
             return None
-        overhead = result_overhead(self.tokenizer, self.workflow_options,
-                                   self.task.spec.prompt.messages is not None)
-        return SimulatedTools(tool_use or self.tool_use, self.tool_names, self.tokenizer, overhead).specs
+        return SimulatedTools(tool_use or self.tool_use, self.tool_names, self.tokenizer, self.result_overhead).specs
 
     async def through_controller(self, engine: Any = None, rewards: Any = None, tool_use: Any = None
                                  ) -> tuple[float, list[Group]]:
@@ -703,7 +701,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
     from areal_core.rl.model_cache import resolve_model
     from areal_core.rl.trainer import create_trainer
 
-    _, tool_use = tool_model(config, lengths, tools)   # refused before minutes of timings
+    _, _, tool_use = tool_model(config, lengths, tools)   # refused before minutes of timings
     if config.engine.torch_threads:   # as areal train sets up its process
         torch.set_num_threads(config.engine.torch_threads)
     model_dir = resolve_model(config.model)
@@ -726,7 +724,7 @@ async def measure_profile(config: TrainConfig, name: str | None = None, repeats:
                     generation.update(streamed_generation)
                     training.update(streamed_training)
                     async with RewardService(config.reward) as service:
-                        batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths, tools)
+                        batches = _Batches(engine, load_tokenizer(model_dir), service, config, lengths, tool_use)
                         raw["requests"] = await measure_requests(batches, GenerationCosts(**generation), repeats)
                         shared, raw["shared"] = await measure_sharing(batches, trainer, config, repeats)
                         generation["request_s"] = request_cost(raw["requests"], raw["shared"]["generation_alone_s"])
